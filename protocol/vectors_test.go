@@ -1,0 +1,276 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+)
+
+// vectorsPath is the committed copy; sharedVectors is the independent
+// implementation's original, which the copy must equal byte for byte.
+const (
+	vectorsPath   = "testdata/tckclk2.json"
+	sharedVectors = "../../shared/vectors/tckclk2.json"
+)
+
+type vectorFile struct {
+	Valid []struct {
+		Name            string `json:"name"`
+		SecretASCII     string `json:"secret_ascii"`
+		Nonce           string `json:"nonce"`
+		NonceHex        string `json:"nonce_hex"`
+		ReferenceUnixMs string `json:"reference_unix_ms"`
+		UncertaintyMs   string `json:"uncertainty_ms"`
+		Synced          int    `json:"synced"`
+		SourceAgeMs     string `json:"source_age_ms"`
+		MACInputHex     string `json:"mac_input_hex"`
+		MAC             string `json:"mac"`
+		RequestLine     string `json:"request_line"`
+		ResponseLine    string `json:"response_line"`
+	} `json:"valid"`
+	DevReference struct {
+		SecretASCII     string `json:"secret_ascii"`
+		DevKeyHex       string `json:"dev_key_hex"`
+		Nonce           string `json:"nonce"`
+		ReferenceUnixMs string `json:"reference_unix_ms"`
+		UncertaintyMs   string `json:"uncertainty_ms"`
+		Synced          int    `json:"synced"`
+		SourceAgeMs     string `json:"source_age_ms"`
+		MAC             string `json:"mac"`
+		ResponseLine    string `json:"response_line"`
+	} `json:"dev_reference"`
+	InvalidResponses []struct {
+		Name        string `json:"name"`
+		Line        string `json:"line"`
+		Reason      string `json:"reason"`
+		ExpectNonce string `json:"expect_nonce"`
+	} `json:"invalid_responses"`
+	InvalidRequests []struct {
+		Name string `json:"name"`
+		Line string `json:"line"`
+	} `json:"invalid_requests"`
+}
+
+func loadVectors(t *testing.T) *vectorFile {
+	t.Helper()
+	raw, err := os.ReadFile(vectorsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v vectorFile
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if err := dec.Decode(&v); err != nil {
+		t.Fatalf("%s: %v", vectorsPath, err)
+	}
+	if len(v.Valid) == 0 || len(v.InvalidResponses) == 0 || len(v.InvalidRequests) == 0 {
+		t.Fatalf("%s: a section is empty", vectorsPath)
+	}
+	return &v
+}
+
+// SPEC §1.3: the committed copy must stay byte-identical to the shared file.
+func TestVectorsCopyIdentical(t *testing.T) {
+	shared, err := os.ReadFile(sharedVectors)
+	if os.IsNotExist(err) {
+		abs, _ := filepath.Abs(sharedVectors)
+		t.Skipf("shared vectors not present at %s (clone without ../shared); committed copy used", abs)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := os.ReadFile(vectorsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(shared, mine) {
+		t.Fatalf("%s differs from %s: copy it again", vectorsPath, sharedVectors)
+	}
+}
+
+func mustU64(t *testing.T, s string) uint64 {
+	t.Helper()
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// SPEC §1.2, §1.3: every valid vector encodes, parses and signs exactly.
+func TestVectorsValid(t *testing.T) {
+	v := loadVectors(t)
+	for _, tc := range v.Valid {
+		t.Run(tc.Name, func(t *testing.T) {
+			nonce, err := ParseNonce(tc.Nonce)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := hex.EncodeToString(nonce[:]); got != tc.NonceHex {
+				t.Fatalf("nonce hex %s, want %s", got, tc.NonceHex)
+			}
+			resp := Response{
+				Nonce:           nonce,
+				ReferenceUnixMs: mustU64(t, tc.ReferenceUnixMs),
+				UncertaintyMs:   mustU64(t, tc.UncertaintyMs),
+				Synced:          tc.Synced == 1,
+				SourceAgeMs:     mustU64(t, tc.SourceAgeMs),
+			}
+			if got := hex.EncodeToString(AppendMACInput(nil, &resp)); got != tc.MACInputHex {
+				t.Fatalf("MAC input\n got %s\nwant %s", got, tc.MACInputHex)
+			}
+			key := NewKey([]byte(tc.SecretASCII))
+			key.Sign(&resp)
+			if resp.MAC.String() != tc.MAC {
+				t.Fatalf("MAC %s, want %s", resp.MAC, tc.MAC)
+			}
+			if got := string(EncodeRequest(Request{Nonce: nonce})); got != tc.RequestLine+"\n" {
+				t.Fatalf("request %q, want %q", got, tc.RequestLine)
+			}
+			if got := string(EncodeResponse(&resp)); got != tc.ResponseLine+"\n" {
+				t.Fatalf("response %q, want %q", got, tc.ResponseLine)
+			}
+			req, err := ParseRequest([]byte(tc.RequestLine))
+			if err != nil || req.Nonce != nonce {
+				t.Fatalf("ParseRequest: %v %v", req, err)
+			}
+			parsed, err := ParseResponse([]byte(tc.ResponseLine), nonce)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if parsed != resp {
+				t.Fatalf("parsed %+v, want %+v", parsed, resp)
+			}
+			if err := key.Verify(&parsed); err != nil {
+				t.Fatal(err)
+			}
+			if err := Verify([]byte(tc.SecretASCII), &parsed); err != nil {
+				t.Fatal(err)
+			}
+			// a verifier told the agent is a dev reference refuses a real one
+			if err := Verify(DevKey([]byte(tc.SecretASCII)), &parsed); !hasReason(err, ReasonMAC) {
+				t.Fatalf("dev key accepted a production MAC: %v", err)
+			}
+		})
+	}
+}
+
+// SPEC §1.3: the dev-reference sample verifies only under dev_key.
+func TestVectorsDevReference(t *testing.T) {
+	d := loadVectors(t).DevReference
+	secret := []byte(d.SecretASCII)
+	if got := hex.EncodeToString(DevKey(secret)); got != d.DevKeyHex {
+		t.Fatalf("dev_key %s, want %s", got, d.DevKeyHex)
+	}
+	nonce, err := ParseNonce(d.Nonce)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := ParseResponse([]byte(d.ResponseLine), nonce)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ReferenceUnixMs != mustU64(t, d.ReferenceUnixMs) || r.UncertaintyMs != mustU64(t, d.UncertaintyMs) ||
+		r.Synced != (d.Synced == 1) || r.SourceAgeMs != mustU64(t, d.SourceAgeMs) || r.MAC.String() != d.MAC {
+		t.Fatalf("parsed %+v differs from the vector", r)
+	}
+	if err := Verify(DevKey(secret), &r); err != nil {
+		t.Fatalf("dev_key: %v", err)
+	}
+	if err := Verify(secret, &r); !hasReason(err, ReasonMAC) {
+		t.Fatalf("plain secret: got %v, want reason mac", err)
+	}
+	resigned := r
+	resigned.MAC = MAC{}
+	Sign(DevKey(secret), &resigned)
+	if resigned.MAC != r.MAC {
+		t.Fatal("signing with dev_key does not reproduce the vector")
+	}
+}
+
+// SPEC §1.5: each invalid response is rejected for exactly the stated reason.
+func TestVectorsInvalidResponses(t *testing.T) {
+	v := loadVectors(t)
+	key := NewKey([]byte(v.Valid[0].SecretASCII))
+	for _, tc := range v.InvalidResponses {
+		t.Run(tc.Name, func(t *testing.T) {
+			want := Reason(tc.Reason)
+			if !want.Valid() {
+				t.Fatalf("vector names unknown reason %q", tc.Reason)
+			}
+			nonce, err := ParseNonce(tc.ExpectNonce)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := CheckResponse([]byte(tc.Line), nonce, KeyRing{key})
+			if !hasReason(got, want) {
+				t.Fatalf("got %v, want reason %s", got, want)
+			}
+			// the same line from a stream (with its LF) gives the same reason
+			lr := NewLineReader(bytes.NewReader([]byte(tc.Line + "\n")))
+			line, err := lr.ReadLine()
+			if err == nil {
+				err = CheckResponse(line, nonce, KeyRing{key})
+			}
+			if !hasReason(err, want) {
+				t.Fatalf("via LineReader: got %v, want reason %s", err, want)
+			}
+		})
+	}
+}
+
+// SPEC §2.1: an agent answers none of the invalid requests.
+func TestVectorsInvalidRequests(t *testing.T) {
+	for _, tc := range loadVectors(t).InvalidRequests {
+		t.Run(tc.Name, func(t *testing.T) {
+			if req, err := ParseRequest([]byte(tc.Line)); err == nil {
+				t.Fatalf("accepted %q as %+v", tc.Line, req)
+			}
+			stream := tc.Line + "\n"
+			if tc.Name == "oversize-no-lf" {
+				stream = tc.Line
+			}
+			lr := NewLineReader(bytes.NewReader([]byte(stream)))
+			line, err := lr.ReadLine()
+			if err == nil {
+				_, err = ParseRequest(line)
+			}
+			if err == nil {
+				t.Fatalf("stream %q accepted", stream)
+			}
+			if _, ok := ReasonOf(err); !ok {
+				t.Fatalf("error without reason: %v", err)
+			}
+		})
+	}
+}
+
+func hasReason(err error, want Reason) bool {
+	r, ok := ReasonOf(err)
+	return ok && r == want
+}
+
+func TestNonceRoundTrip(t *testing.T) {
+	seen := map[Nonce]bool{}
+	for i := 0; i < 1000; i++ {
+		n, err := NewNonce()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[n] {
+			t.Fatal("nonce repeated")
+		}
+		seen[n] = true
+		back, err := ParseNonce(n.String())
+		if err != nil || back != n {
+			t.Fatalf("round trip %v: %v %v", n, back, err)
+		}
+		if got := base64.RawURLEncoding.EncodeToString(n[:]); got != n.String() {
+			t.Fatal("nonce string is not base64url")
+		}
+	}
+}
