@@ -1,0 +1,184 @@
+package fuzz
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/tckclk/tckclk/protocol"
+)
+
+var fuzzNonce = protocol.Nonce{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
+
+func reasonOf(t *testing.T, err error) protocol.Reason {
+	t.Helper()
+	if err == nil {
+		return ""
+	}
+	r, ok := protocol.ReasonOf(err)
+	if !ok {
+		t.Fatalf("error without a SPEC §1.5 reason: %v", err)
+	}
+	return r
+}
+
+// FuzzParseRequest: never panics; accepted requests re-encode exactly; the
+// naive parser agrees on accept/reject, the reason and the nonce.
+func FuzzParseRequest(f *testing.F) {
+	f.Add([]byte("TCKCLK 2 AAECAwQFBgcICQoLDA0ODw"))
+	f.Add([]byte("TCKCLK 2 AAECAwQFBgcICQoLDA0ODx"))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		req, err := protocol.ParseRequest(line)
+		got := reasonOf(t, err)
+		nonce, want := naiveParseRequest(string(line))
+		if got != want {
+			t.Fatalf("%q: protocol says %q, naive says %q (%v)", line, got, want, err)
+		}
+		if err != nil {
+			return
+		}
+		if req.Nonce != nonce {
+			t.Fatalf("%q: nonce %x vs naive %x", line, req.Nonce, nonce)
+		}
+		if enc := protocol.EncodeRequest(req); !bytes.Equal(enc, append(append([]byte(nil), line...), '\n')) {
+			t.Fatalf("round trip: %q -> %q", line, enc)
+		}
+	})
+}
+
+// FuzzParseResponse: never panics; exactly one reason in SPEC §1.5 order,
+// identical to the naive parser's; accepted responses re-encode exactly and
+// carry the same values; the MAC check comes only after the nonce check.
+func FuzzParseResponse(f *testing.F) {
+	f.Add([]byte("TCKCLK 2 AAECAwQFBgcICQoLDA0ODw 1767225600123 3 1 812 rVusL1GxDVk7IWEilpKLF9xYXWkm7-_TF8g-w3xLszk"))
+	f.Add([]byte("TCKCLK 2 AAECAwQFBgcICQoLDA0ODw 18446744073709551615 0 0 0 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"))
+	key := protocol.NewKey([]byte("tckclk-test-vector-secret-0123456789abcdef"))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		resp, err := protocol.ParseResponse(line, fuzzNonce)
+		got := reasonOf(t, err)
+		naive := naiveParseResponse(string(line), fuzzNonce)
+		if got != naive.reason {
+			t.Fatalf("%q: protocol says %q, naive says %q (%v)", line, got, naive.reason, err)
+		}
+		full := reasonOf(t, protocol.CheckResponse(line, fuzzNonce, protocol.KeyRing{key}))
+		if err != nil {
+			if full != got {
+				t.Fatalf("%q: CheckResponse says %q, ParseResponse %q", line, full, got)
+			}
+			return
+		}
+		if resp != naive.resp {
+			t.Fatalf("%q: values %+v vs naive %+v", line, resp, naive.resp)
+		}
+		if full != "" && full != protocol.ReasonMAC {
+			t.Fatalf("%q: parsed but CheckResponse says %q", line, full)
+		}
+		if enc := protocol.EncodeResponse(&resp); !bytes.Equal(enc, append(append([]byte(nil), line...), '\n')) {
+			t.Fatalf("round trip: %q -> %q", line, enc)
+		}
+		any, err := protocol.ParseResponseAny(line)
+		if err != nil || any != resp {
+			t.Fatalf("ParseResponseAny disagrees: %v", err)
+		}
+	})
+}
+
+// chunkReader returns data in pieces whose sizes come from the fuzzer, then
+// a final error (EOF or a deadline).
+type chunkReader struct {
+	data  []byte
+	sizes []byte
+	final error
+	reads int
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	if len(c.data) == 0 {
+		return 0, c.final
+	}
+	n := len(c.data)
+	if len(c.sizes) > 0 {
+		n = int(c.sizes[0])%32 + 1
+		c.sizes = c.sizes[1:]
+	}
+	n = min(n, len(c.data), len(p))
+	copy(p, c.data[:n])
+	c.data = c.data[n:]
+	c.reads++
+	return n, nil
+}
+
+type deadline struct{}
+
+func (deadline) Error() string { return "deadline" }
+func (deadline) Timeout() bool { return true }
+
+// FuzzLineReader: whatever the bytes and however they are split, the line
+// reader reads at most 257 bytes before deciding, and its verdict matches a
+// naive reading of the whole input.
+func FuzzLineReader(f *testing.F) {
+	f.Add([]byte("TCKCLK 2 AAECAwQFBgcICQoLDA0ODw\n"), []byte{3, 5}, false)
+	f.Add([]byte("abc\nxyz"), []byte{}, true)
+	f.Add(bytes.Repeat([]byte("A"), 300), []byte{31}, false)
+	f.Fuzz(func(t *testing.T, data, sizes []byte, timeout bool) {
+		var final error = io.EOF
+		if timeout {
+			final = deadline{}
+		}
+		cr := &chunkReader{data: data, sizes: sizes, final: final}
+		lr := protocol.NewLineReader(cr)
+		line, err := lr.ReadLine()
+		consumed := len(data) - len(cr.data)
+		if consumed > protocol.MaxLine+1 {
+			t.Fatalf("read %d bytes before deciding", consumed)
+		}
+
+		// naive verdict
+		lf := bytes.IndexByte(data, '\n')
+		var want protocol.Reason
+		switch {
+		case lf >= 0 && lf <= protocol.MaxLine:
+			if bytes.IndexByte(data[:lf], '\r') >= 0 {
+				want = protocol.ReasonFormat
+			}
+		case len(data) > protocol.MaxLine:
+			want = protocol.ReasonSize
+		case timeout:
+			want = protocol.ReasonTimeout
+		default:
+			want = protocol.ReasonFormat
+		}
+		if got := reasonOf(t, err); got != want {
+			t.Fatalf("%q (sizes %v): got %q (%v), want %q", data, sizes, got, err, want)
+		}
+		if err != nil {
+			return
+		}
+		if !bytes.Equal(line, data[:lf]) {
+			t.Fatalf("line %q, want %q", line, data[:lf])
+		}
+		if lr.Extra() != consumed-lf-1 {
+			t.Fatalf("Extra %d, consumed %d, lf %d", lr.Extra(), consumed, lf)
+		}
+		eof := lr.ExpectEOF()
+		switch {
+		case len(data) > lf+1:
+			if reasonOf(t, eof) != protocol.ReasonFormat {
+				t.Fatalf("trailing bytes not reported: %v", eof)
+			}
+		case timeout:
+			if reasonOf(t, eof) != protocol.ReasonTimeout {
+				t.Fatalf("deadline while waiting for EOF: %v", eof)
+			}
+		default:
+			if eof != nil {
+				t.Fatalf("clean EOF reported as %v", eof)
+			}
+		}
+		var pe *protocol.Error
+		if eof != nil && !errors.As(eof, &pe) {
+			t.Fatal("untyped error")
+		}
+	})
+}
