@@ -1,0 +1,24 @@
+// Package ticket is the replicated state machine of the ticketing node
+// (SPEC §4): named leases ("tickets") with at most one holder, fencing
+// tokens and absolute server-side expiries.
+//
+// Invariants:
+//   - The FSM never reads a clock. Every time it uses comes from the log
+//     entry: the proposer's `now` (ms) and the absolute expiry computed once
+//     by the proposer as now + lease_s×1000 + Δ. Apply decides against the
+//     CURRENT state, so a Renew that commits before a racing Expire wins.
+//   - A fencing token is the Raft index of the Grant entry; tokens are
+//     strictly increasing per ticket and globally. Renew keeps the token.
+//   - Δ is part of the replicated state (an Init entry written at
+//     bootstrap). Replay, snapshot, restore and leader change store expiries
+//     verbatim: nothing ever adds Δ again.
+//   - Log entries and snapshots are versioned and checksummed (CRC-32C). An
+//     unknown version, a bad checksum or a malformed body is fatal: the FSM
+//     latches the error, applies nothing after it and refuses to snapshot,
+//     so the node stops instead of skipping (fail closed).
+//   - Restore decodes and verifies a whole snapshot, including Δ ∈ 2..=60000
+//     and Δ equal to the node's configured Δ, before it replaces any state.
+//
+// Hazards: Apply is called by Raft's FSM goroutine only; readers (Get, List,
+// Due, Len) take a read lock and may run concurrently with it.
+package ticket

@@ -1,0 +1,387 @@
+package ticket
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Ticket is one held ticket.
+type Ticket struct {
+	Name   string
+	Holder string
+	Token  uint64 // Raft index of the Grant entry
+	LeaseS uint8
+	// ValidBeforeMs is conservative_valid_before_unix_ms: the proposer's
+	// receive time (rounded down) + lease_s×1000, never + Δ.
+	ValidBeforeMs uint64
+	// ExpiryMs is server_expiry_unix_ms: now (rounded up) + lease_s×1000 + Δ,
+	// absolute, never recomputed.
+	ExpiryMs uint64
+}
+
+// Code is the outcome of applying one entry.
+type Code uint8
+
+// Outcomes. CodeFatal means the FSM stopped (Result.Err says why).
+const (
+	CodeOK          Code = iota // applied: granted, renewed, released, expired, Δ recorded
+	CodeExisting                // Grant by the current holder of an unexpired ticket: unchanged
+	CodeHeld                    // Grant of a ticket another holder holds unexpired
+	CodeNotHeld                 // Renew/Release of a ticket nobody holds
+	CodeWrongHolder             // Renew/Release by someone other than the holder
+	CodeWrongToken              // Renew/Release with a token other than the current one
+	CodeLeaseOver               // Renew whose now is at or after the current expiry
+	CodeNoop                    // Expire that did not apply (gone, other token, or not yet due)
+	CodeNoDelta                 // Grant/Renew before Δ was recorded
+	CodeBadExpiry               // entry expiry ≠ now + lease_s×1000 + the replicated Δ
+	CodeFatal
+)
+
+var codeNames = [...]string{"ok", "existing", "held", "not_held", "wrong_holder", "wrong_token", "lease_over", "noop", "no_delta", "bad_expiry", "fatal"}
+
+func (c Code) String() string {
+	if int(c) < len(codeNames) {
+		return codeNames[c]
+	}
+	return fmt.Sprintf("code(%d)", uint8(c))
+}
+
+// Result is what Apply returns to the proposer. Ticket is the ticket after
+// the entry (OK, Existing) or the current one (Held, WrongHolder, ...).
+type Result struct {
+	Code   Code
+	Ticket Ticket
+	Err    error // set with CodeFatal
+}
+
+// Errors that stop the node. They wrap through *ApplyError and *RestoreError.
+var (
+	// ErrDeltaMismatch: the replicated Δ differs from this node's configured Δ.
+	ErrDeltaMismatch = errors.New("Δ differs from this node's configured Δ")
+	// ErrDeltaRange: a Δ outside 2..=60000.
+	ErrDeltaRange = errors.New("Δ outside 2..=60000")
+	// ErrOrder: a log index that does not increase.
+	ErrOrder = errors.New("log index does not increase")
+	// ErrStopped: the FSM already stopped on an earlier error.
+	ErrStopped = errors.New("state machine stopped on an earlier error")
+)
+
+// ApplyError is a fatal failure applying the log entry at Index.
+type ApplyError struct {
+	Index uint64
+	Err   error
+}
+
+func (e *ApplyError) Error() string {
+	return fmt.Sprintf("ticket: log entry at index %d: %v", e.Index, e.Err)
+}
+
+func (e *ApplyError) Unwrap() error { return e.Err }
+
+type item struct {
+	Ticket
+	hidx int // position in FSM.heap
+}
+
+// FSM is the ticket state machine. Build it with New.
+type FSM struct {
+	mu      sync.RWMutex
+	expect  uint64 // this node's configured Δ
+	delta   uint64 // replicated Δ; 0 until the Init entry
+	index   uint64 // last applied command index
+	tickets map[string]*item
+	heap    []*item // min-heap on ExpiryMs, for the leader's expiry loop
+
+	fatal   error
+	fatalCh chan struct{}
+}
+
+// New returns an empty FSM for a node configured with Δ = deltaMs.
+func New(deltaMs uint64) *FSM {
+	return &FSM{expect: deltaMs, tickets: map[string]*item{}, fatalCh: make(chan struct{})}
+}
+
+// Fatal returns the error that stopped the FSM, or nil.
+func (f *FSM) Fatal() error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.fatal
+}
+
+// Stopped is closed when the FSM stops on a fatal error.
+func (f *FSM) Stopped() <-chan struct{} { return f.fatalCh }
+
+// fail latches err; the caller holds f.mu.
+func (f *FSM) fail(err error) Result {
+	if f.fatal == nil {
+		f.fatal = err
+		close(f.fatalCh)
+	}
+	return Result{Code: CodeFatal, Err: f.fatal}
+}
+
+// Apply decodes and applies the log entry at Raft index. A decoding error,
+// an unknown version, a bad checksum, a non-increasing index or a Δ other
+// than the configured one stops the FSM for good (CodeFatal).
+func (f *FSM) Apply(index uint64, data []byte) Result {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fatal != nil {
+		return Result{Code: CodeFatal, Err: f.fatal}
+	}
+	e, err := DecodeEntry(data)
+	if err != nil {
+		return f.fail(&ApplyError{Index: index, Err: err})
+	}
+	if index <= f.index {
+		return f.fail(&ApplyError{Index: index, Err: fmt.Errorf("%w: previous %d", ErrOrder, f.index)})
+	}
+	f.index = index
+	return f.apply(index, &e)
+}
+
+func (f *FSM) apply(index uint64, e *Entry) Result {
+	if e.Op == OpInit {
+		if e.DeltaMs != f.expect || f.delta != 0 && f.delta != e.DeltaMs {
+			return f.fail(&ApplyError{Index: index, Err: fmt.Errorf("%w: the cluster's Δ is %d ms, this node is configured with %d ms (changing Δ means a new cluster)", ErrDeltaMismatch, e.DeltaMs, f.expect)})
+		}
+		f.delta = e.DeltaMs
+		return Result{Code: CodeOK}
+	}
+	cur := f.tickets[e.Name]
+	switch e.Op {
+	case OpGrant:
+		if r, ok := f.checkExpiry(e); !ok {
+			return r
+		}
+		if cur != nil && cur.ExpiryMs > e.NowMs {
+			if cur.Holder == e.Holder {
+				return Result{Code: CodeExisting, Ticket: cur.Ticket}
+			}
+			return Result{Code: CodeHeld, Ticket: cur.Ticket}
+		}
+		t := Ticket{
+			Name: e.Name, Holder: e.Holder, Token: index, LeaseS: e.LeaseS,
+			ValidBeforeMs: e.RecvMs + uint64(e.LeaseS)*1000, ExpiryMs: e.ExpiryMs,
+		}
+		if cur != nil {
+			cur.Ticket = t
+			f.fix(cur.hidx)
+		} else {
+			it := &item{Ticket: t}
+			f.tickets[e.Name] = it
+			f.push(it)
+		}
+		return Result{Code: CodeOK, Ticket: t}
+	case OpRenew:
+		if r, ok := f.checkHolder(cur, e); !ok {
+			return r
+		}
+		if e.NowMs >= cur.ExpiryMs {
+			return Result{Code: CodeLeaseOver, Ticket: cur.Ticket}
+		}
+		if r, ok := f.checkExpiry(e); !ok {
+			return r
+		}
+		cur.LeaseS = e.LeaseS
+		cur.ValidBeforeMs = e.RecvMs + uint64(e.LeaseS)*1000
+		cur.ExpiryMs = e.ExpiryMs
+		f.fix(cur.hidx)
+		return Result{Code: CodeOK, Ticket: cur.Ticket}
+	case OpRelease:
+		if r, ok := f.checkHolder(cur, e); !ok {
+			return r
+		}
+		f.remove(cur)
+		return Result{Code: CodeOK, Ticket: cur.Ticket}
+	case OpExpire:
+		if cur == nil || cur.Token != e.Token || e.NowMs < cur.ExpiryMs {
+			r := Result{Code: CodeNoop}
+			if cur != nil {
+				r.Ticket = cur.Ticket
+			}
+			return r
+		}
+		f.remove(cur)
+		return Result{Code: CodeOK, Ticket: cur.Ticket}
+	}
+	// Unreachable: DecodeEntry accepts only the ops above.
+	return f.fail(&ApplyError{Index: index, Err: fmt.Errorf("%w: op %d", ErrFormat, e.Op)})
+}
+
+func (f *FSM) checkExpiry(e *Entry) (Result, bool) {
+	if f.delta == 0 {
+		return Result{Code: CodeNoDelta}, false
+	}
+	if want, ok := ExpiryFor(e.NowMs, e.LeaseS, f.delta); !ok || want != e.ExpiryMs {
+		return Result{Code: CodeBadExpiry}, false
+	}
+	return Result{}, true
+}
+
+func (f *FSM) checkHolder(cur *item, e *Entry) (Result, bool) {
+	switch {
+	case cur == nil:
+		return Result{Code: CodeNotHeld}, false
+	case cur.Holder != e.Holder:
+		return Result{Code: CodeWrongHolder, Ticket: cur.Ticket}, false
+	case cur.Token != e.Token:
+		return Result{Code: CodeWrongToken, Ticket: cur.Ticket}, false
+	}
+	return Result{}, true
+}
+
+// Delta returns the replicated Δ (0 before the Init entry).
+func (f *FSM) Delta() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.delta
+}
+
+// ConfiguredDelta returns the Δ this FSM was built for.
+func (f *FSM) ConfiguredDelta() uint64 { return f.expect }
+
+// Index returns the last applied command index.
+func (f *FSM) Index() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.index
+}
+
+// Len returns the number of held tickets.
+func (f *FSM) Len() int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return len(f.tickets)
+}
+
+// Get returns the ticket called name.
+func (f *FSM) Get(name string) (Ticket, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if it := f.tickets[name]; it != nil {
+		return it.Ticket, true
+	}
+	return Ticket{}, false
+}
+
+// List returns up to limit tickets whose names start with prefix, sorted by
+// name, and whether more matched (limit ≤ 0: no limit).
+func (f *FSM) List(prefix string, limit int) ([]Ticket, bool) {
+	f.mu.RLock()
+	var out []Ticket
+	for name, it := range f.tickets {
+		if strings.HasPrefix(name, prefix) {
+			out = append(out, it.Ticket)
+		}
+	}
+	f.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Ticket) int { return strings.Compare(a.Name, b.Name) })
+	if limit > 0 && len(out) > limit {
+		return out[:limit], true
+	}
+	return out, false
+}
+
+// Due is a ticket whose server-side expiry has passed.
+type Due struct {
+	Name  string
+	Token uint64
+}
+
+// Due returns up to max tickets with ExpiryMs ≤ nowMs (the leader's wall
+// time rounded down), earliest first in heap order.
+func (f *FSM) Due(nowMs uint64, max int) []Due {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var out []Due
+	stack := []int{0}
+	for len(stack) > 0 && len(out) < max {
+		i := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if i >= len(f.heap) || f.heap[i].ExpiryMs > nowMs {
+			continue // children of a later node are later still
+		}
+		out = append(out, Due{Name: f.heap[i].Name, Token: f.heap[i].Token})
+		stack = append(stack, 2*i+2, 2*i+1)
+	}
+	return out
+}
+
+// NextExpiry returns the earliest server-side expiry, if any ticket is held.
+func (f *FSM) NextExpiry() (uint64, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if len(f.heap) == 0 {
+		return 0, false
+	}
+	return f.heap[0].ExpiryMs, true
+}
+
+// heap maintenance (an indexed binary min-heap on ExpiryMs).
+
+func (f *FSM) push(it *item) {
+	it.hidx = len(f.heap)
+	f.heap = append(f.heap, it)
+	f.up(it.hidx)
+}
+
+func (f *FSM) remove(it *item) {
+	delete(f.tickets, it.Name)
+	i, last := it.hidx, len(f.heap)-1
+	if i != last {
+		f.swap(i, last)
+	}
+	f.heap[last] = nil
+	f.heap = f.heap[:last]
+	if i != last {
+		f.fix(i)
+	}
+	it.hidx = -1
+}
+
+func (f *FSM) fix(i int) {
+	if !f.down(i) {
+		f.up(i)
+	}
+}
+
+func (f *FSM) swap(i, j int) {
+	f.heap[i], f.heap[j] = f.heap[j], f.heap[i]
+	f.heap[i].hidx = i
+	f.heap[j].hidx = j
+}
+
+func (f *FSM) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if f.heap[p].ExpiryMs <= f.heap[i].ExpiryMs {
+			return
+		}
+		f.swap(i, p)
+		i = p
+	}
+}
+
+func (f *FSM) down(i int) bool {
+	start, n := i, len(f.heap)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && f.heap[r].ExpiryMs < f.heap[l].ExpiryMs {
+			m = r
+		}
+		if f.heap[m].ExpiryMs >= f.heap[i].ExpiryMs {
+			break
+		}
+		f.swap(i, m)
+		i = m
+	}
+	return i > start
+}

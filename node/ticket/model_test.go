@@ -1,0 +1,213 @@
+package ticket
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// naive is the model: a plain map and the SPEC §4 rules written as directly
+// as possible, with none of the FSM's structure (no heap, no encoding).
+type naive struct {
+	delta   uint64
+	tickets map[string]Ticket
+	issued  uint64 // largest token ever issued
+}
+
+func (m *naive) step(index uint64, e Entry) Code {
+	cur, held := m.tickets[e.Name]
+	switch e.Op {
+	case OpGrant:
+		if held && now(e) < cur.ExpiryMs {
+			if cur.Holder == e.Holder {
+				return CodeExisting
+			}
+			return CodeHeld
+		}
+		m.tickets[e.Name] = Ticket{e.Name, e.Holder, index, e.LeaseS, e.RecvMs + 1000*uint64(e.LeaseS), e.NowMs + 1000*uint64(e.LeaseS) + m.delta}
+		m.issued = index
+		return CodeOK
+	case OpRenew, OpRelease:
+		switch {
+		case !held:
+			return CodeNotHeld
+		case cur.Holder != e.Holder:
+			return CodeWrongHolder
+		case cur.Token != e.Token:
+			return CodeWrongToken
+		}
+		if e.Op == OpRelease {
+			delete(m.tickets, e.Name)
+			return CodeOK
+		}
+		if now(e) >= cur.ExpiryMs {
+			return CodeLeaseOver
+		}
+		cur.LeaseS = e.LeaseS
+		cur.ValidBeforeMs = e.RecvMs + 1000*uint64(e.LeaseS)
+		cur.ExpiryMs = e.NowMs + 1000*uint64(e.LeaseS) + m.delta
+		m.tickets[e.Name] = cur
+		return CodeOK
+	case OpExpire:
+		if held && cur.Token == e.Token && now(e) >= cur.ExpiryMs {
+			delete(m.tickets, e.Name)
+			return CodeOK
+		}
+		return CodeNoop
+	}
+	panic("op")
+}
+
+func now(e Entry) uint64 { return e.NowMs }
+
+// SPEC §4 as a property: the FSM agrees with the naive model on every
+// answer and every state; at most one holder per name at any entry time;
+// tokens strictly increase; no expiry ever moves later except by the
+// holder's own successful Renew; snapshot+restore changes nothing and never
+// adds Δ again. Proposers' clocks disagree by up to Δ (now jitters back and
+// forth), as leaders' clocks may.
+func TestFSMModel(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		h := newHarness(t)
+		m := &naive{delta: testDelta, tickets: map[string]Ticket{}}
+		clock := uint64(t0)
+		names := []string{"a", "b", "c"}
+		holders := []string{"h1", "h2", "h3"}
+
+		entryNow := func(rt *rapid.T) uint64 {
+			// Often hit a held ticket's expiry exactly, or one ms either side.
+			if len(m.tickets) > 0 && rapid.IntRange(0, 2).Draw(rt, "edge") == 0 {
+				cur := m.tickets[rapid.SampledFrom(names).Draw(rt, "edgename")]
+				if cur.ExpiryMs != 0 {
+					return cur.ExpiryMs + rapid.Uint64Range(0, 2).Draw(rt, "edgeoff") - 1
+				}
+			}
+			j := rapid.IntRange(-testDelta, testDelta).Draw(rt, "jitter")
+			return uint64(int64(clock) + int64(j))
+		}
+		tokenFor := func(rt *rapid.T, name string) uint64 {
+			if cur, ok := m.tickets[name]; ok && rapid.IntRange(0, 3).Draw(rt, "tokenpick") > 0 {
+				return cur.Token
+			}
+			return rapid.Uint64Range(1, h.idx+3).Draw(rt, "token")
+		}
+		run := func(rt *rapid.T, e Entry) {
+			before := maps.Clone(m.tickets)
+			h.gap = rapid.Uint64Range(1, 3).Draw(rt, "gap")
+			r := h.apply(&e)
+			want := m.step(h.idx, e)
+			if r.Code != want {
+				rt.Fatalf("%s %+v: FSM %v, model %v", e.Op, e, r.Code, want)
+			}
+			// Invariants, checked against the state before the step.
+			for name, old := range before {
+				now, ok := m.tickets[name]
+				if !ok || now.Token != old.Token {
+					continue
+				}
+				if now.ExpiryMs > old.ExpiryMs && !(e.Op == OpRenew && r.Code == CodeOK && e.Name == name && e.Holder == old.Holder && e.Token == old.Token) {
+					rt.Fatalf("expiry of %s moved later (%d → %d) by %s %v", name, old.ExpiryMs, now.ExpiryMs, e.Op, r.Code)
+				}
+			}
+			if e.Op == OpGrant && r.Code == CodeOK {
+				if old, ok := before[e.Name]; ok && old.ExpiryMs > e.NowMs {
+					rt.Fatalf("second holder: %s granted to %s at %d while %s held it until %d", e.Name, e.Holder, e.NowMs, old.Holder, old.ExpiryMs)
+				}
+				for _, old := range before {
+					if r.Ticket.Token <= old.Token {
+						rt.Fatalf("token %d not above existing %d", r.Ticket.Token, old.Token)
+					}
+				}
+			}
+			compare(rt, h.f, m)
+		}
+
+		rt.Repeat(map[string]func(*rapid.T){
+			"tick": func(rt *rapid.T) {
+				clock += rapid.Uint64Range(0, 8000).Draw(rt, "advance")
+			},
+			"grant": func(rt *rapid.T) {
+				n, lease := entryNow(rt), uint8(rapid.IntRange(1, 6).Draw(rt, "lease"))
+				recv := n - rapid.Uint64Range(0, 1).Draw(rt, "recvlag")
+				run(rt, Entry{Op: OpGrant, NowMs: n, RecvMs: recv, Name: rapid.SampledFrom(names).Draw(rt, "name"),
+					Holder: rapid.SampledFrom(holders).Draw(rt, "holder"), LeaseS: lease, ExpiryMs: n + 1000*uint64(lease) + testDelta})
+			},
+			"renew": func(rt *rapid.T) {
+				n, lease := entryNow(rt), uint8(rapid.IntRange(1, 6).Draw(rt, "lease"))
+				name := rapid.SampledFrom(names).Draw(rt, "name")
+				holder := rapid.SampledFrom(holders).Draw(rt, "holder")
+				if cur, ok := m.tickets[name]; ok && rapid.Bool().Draw(rt, "own") {
+					holder = cur.Holder
+				}
+				run(rt, Entry{Op: OpRenew, NowMs: n, RecvMs: n, Name: name, Holder: holder, Token: tokenFor(rt, name),
+					LeaseS: lease, ExpiryMs: n + 1000*uint64(lease) + testDelta})
+			},
+			"release": func(rt *rapid.T) {
+				name := rapid.SampledFrom(names).Draw(rt, "name")
+				holder := rapid.SampledFrom(holders).Draw(rt, "holder")
+				if cur, ok := m.tickets[name]; ok && rapid.Bool().Draw(rt, "own") {
+					holder = cur.Holder
+				}
+				run(rt, Entry{Op: OpRelease, NowMs: entryNow(rt), Name: name, Holder: holder, Token: tokenFor(rt, name)})
+			},
+			"expire": func(rt *rapid.T) {
+				name := rapid.SampledFrom(names).Draw(rt, "name")
+				run(rt, Entry{Op: OpExpire, NowMs: entryNow(rt), Name: name, Token: tokenFor(rt, name)})
+			},
+			"snapshot+restore": func(rt *rapid.T) {
+				s, err := h.f.Snapshot()
+				if err != nil {
+					rt.Fatalf("snapshot: %v", err)
+				}
+				var a, b bytes.Buffer
+				if _, err := s.WriteTo(&a); err != nil {
+					rt.Fatalf("write: %v", err)
+				}
+				f2 := New(testDelta)
+				if err := f2.Restore(bytes.NewReader(a.Bytes())); err != nil {
+					rt.Fatalf("restore: %v", err)
+				}
+				s2, _ := f2.Snapshot()
+				s2.WriteTo(&b)
+				if !bytes.Equal(a.Bytes(), b.Bytes()) {
+					rt.Fatalf("snapshot of the restored state differs")
+				}
+				if f2.Index() != h.f.Index() || f2.Delta() != testDelta {
+					rt.Fatalf("restored index %d Δ %d", f2.Index(), f2.Delta())
+				}
+				h.f = f2
+				compare(rt, h.f, m)
+			},
+			"": func(rt *rapid.T) { compare(rt, h.f, m) },
+		})
+	})
+}
+
+func compare(rt *rapid.T, f *FSM, m *naive) {
+	got, _ := f.List("", 0)
+	if len(got) != len(m.tickets) {
+		rt.Fatalf("FSM holds %d tickets, model %d", len(got), len(m.tickets))
+	}
+	for _, g := range got {
+		if w := m.tickets[g.Name]; g != w {
+			rt.Fatalf("ticket %s: FSM %+v model %+v", g.Name, g, w)
+		}
+	}
+	// The expiry index agrees with the state.
+	due := f.Due(^uint64(0), 1<<30)
+	if len(due) != len(got) {
+		rt.Fatalf("expiry index holds %d, state %d", len(due), len(got))
+	}
+	if len(got) > 0 {
+		least := got[0].ExpiryMs
+		for _, g := range got {
+			least = min(least, g.ExpiryMs)
+		}
+		if next, _ := f.NextExpiry(); next != least {
+			rt.Fatal(fmt.Sprintf("NextExpiry %d, least expiry %d", next, least))
+		}
+	}
+}

@@ -1,0 +1,286 @@
+package ticket
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"slices"
+	"strings"
+)
+
+// Snapshot format (all integers big-endian):
+//
+//	"TCKTSNAP"  magic, 8 bytes
+//	u16         version (SnapshotVersion)
+//	u64         Δ ms
+//	u64         last applied command index
+//	u64         ticket count
+//	per ticket, names strictly increasing:
+//	  u8 len, name; u8 len, holder; u64 token; u8 lease_s;
+//	  u64 valid_before_ms; u64 expiry_ms
+//	u32         CRC-32C of every byte before it
+//
+// Nothing may follow the checksum.
+const (
+	SnapshotMagic   = "TCKTSNAP"
+	SnapshotVersion = 1
+)
+
+// Snapshot is a point-in-time copy of the state, safe to write while the
+// FSM keeps applying.
+type Snapshot struct {
+	DeltaMs uint64
+	Index   uint64
+	Tickets []Ticket // sorted by name once written or decoded
+}
+
+// Snapshot copies the state. It refuses once the FSM has stopped, so a
+// state that skipped a bad entry can never be persisted.
+func (f *FSM) Snapshot() (*Snapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.fatal != nil {
+		return nil, fmt.Errorf("ticket: no snapshot: %w: %v", ErrStopped, f.fatal)
+	}
+	if f.delta == 0 {
+		return nil, errors.New("ticket: no snapshot before Δ is recorded (the Init entry)")
+	}
+	s := &Snapshot{DeltaMs: f.delta, Index: f.index, Tickets: make([]Ticket, 0, len(f.tickets))}
+	for _, it := range f.tickets {
+		s.Tickets = append(s.Tickets, it.Ticket)
+	}
+	return s, nil
+}
+
+// WriteTo writes the snapshot in the versioned, checksummed format.
+func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
+	if !slices.IsSortedFunc(s.Tickets, cmpName) {
+		slices.SortFunc(s.Tickets, cmpName)
+	}
+	cw := &crcWriter{w: bufio.NewWriterSize(w, 1<<16), h: crc32.New(castagnoli)}
+	buf := make([]byte, 0, 2*MaxNameLen+64)
+	buf = append(buf, SnapshotMagic...)
+	buf = binary.BigEndian.AppendUint16(buf, SnapshotVersion)
+	buf = binary.BigEndian.AppendUint64(buf, s.DeltaMs)
+	buf = binary.BigEndian.AppendUint64(buf, s.Index)
+	buf = binary.BigEndian.AppendUint64(buf, uint64(len(s.Tickets)))
+	if err := cw.write(buf); err != nil {
+		return cw.n, err
+	}
+	for i := range s.Tickets {
+		t := &s.Tickets[i]
+		buf = appendStr(buf[:0], t.Name)
+		buf = appendStr(buf, t.Holder)
+		buf = binary.BigEndian.AppendUint64(buf, t.Token)
+		buf = append(buf, t.LeaseS)
+		buf = binary.BigEndian.AppendUint64(buf, t.ValidBeforeMs)
+		buf = binary.BigEndian.AppendUint64(buf, t.ExpiryMs)
+		if err := cw.write(buf); err != nil {
+			return cw.n, err
+		}
+	}
+	sum := binary.BigEndian.AppendUint32(nil, cw.h.Sum32())
+	if _, err := cw.w.Write(sum); err != nil {
+		return cw.n, err
+	}
+	cw.n += int64(len(sum))
+	return cw.n, cw.w.Flush()
+}
+
+func cmpName(a, b Ticket) int { return strings.Compare(a.Name, b.Name) }
+
+type crcWriter struct {
+	w *bufio.Writer
+	h hash.Hash32
+	n int64
+}
+
+func (c *crcWriter) write(b []byte) error {
+	c.h.Write(b)
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return err
+}
+
+func snapErr(kind error, format string, args ...any) *DecodeError {
+	return &DecodeError{What: "snapshot", Kind: kind, Detail: fmt.Sprintf(format, args...)}
+}
+
+// ReadSnapshot decodes and verifies a whole snapshot: magic, version
+// (ErrVersion), Δ ∈ 2..=60000 (ErrDeltaRange), every ticket's fields and
+// order (ErrFormat), the checksum (ErrChecksum) and the end of input.
+func ReadSnapshot(r io.Reader) (*Snapshot, error) {
+	sr := &snapReader{r: bufio.NewReaderSize(r, 1<<16), h: crc32.New(castagnoli)}
+	var hdr [8 + 2 + 8 + 8 + 8]byte
+	if err := sr.full(hdr[:8]); err != nil {
+		return nil, err
+	}
+	if string(hdr[:8]) != SnapshotMagic {
+		return nil, snapErr(ErrFormat, "magic %q is not %q", hdr[:8], SnapshotMagic)
+	}
+	if err := sr.full(hdr[8:10]); err != nil {
+		return nil, err
+	}
+	if v := binary.BigEndian.Uint16(hdr[8:10]); v != SnapshotVersion {
+		return nil, snapErr(ErrVersion, "version %d; this node reads version %d only", v, SnapshotVersion)
+	}
+	if err := sr.full(hdr[10:]); err != nil {
+		return nil, err
+	}
+	s := &Snapshot{
+		DeltaMs: binary.BigEndian.Uint64(hdr[10:18]),
+		Index:   binary.BigEndian.Uint64(hdr[18:26]),
+	}
+	if s.DeltaMs < 2 || s.DeltaMs > 60000 {
+		return nil, snapErr(ErrDeltaRange, "Δ %d ms is outside 2..=60000", s.DeltaMs)
+	}
+	count := binary.BigEndian.Uint64(hdr[26:34])
+	// Never trust count for an allocation: a ticket takes at least 30 bytes.
+	s.Tickets = make([]Ticket, 0, min(count, 1<<16))
+	var rec [8 + 1 + 8 + 8]byte
+	for i := uint64(0); i < count; i++ {
+		name, err := sr.str()
+		if err != nil {
+			return nil, err
+		}
+		holder, err := sr.str()
+		if err != nil {
+			return nil, err
+		}
+		if err := sr.full(rec[:]); err != nil {
+			return nil, err
+		}
+		t := Ticket{
+			Name: name, Holder: holder,
+			Token:         binary.BigEndian.Uint64(rec[0:8]),
+			LeaseS:        rec[8],
+			ValidBeforeMs: binary.BigEndian.Uint64(rec[9:17]),
+			ExpiryMs:      binary.BigEndian.Uint64(rec[17:25]),
+		}
+		if err := checkTicket(&t, s, i); err != nil {
+			return nil, err
+		}
+		s.Tickets = append(s.Tickets, t)
+	}
+	want := sr.h.Sum32()
+	var sum [4]byte
+	if err := sr.full(sum[:]); err != nil {
+		return nil, err
+	}
+	if got := binary.BigEndian.Uint32(sum[:]); got != want {
+		return nil, snapErr(ErrChecksum, "stored CRC-32C %08x, computed %08x", got, want)
+	}
+	if _, err := sr.r.ReadByte(); err == nil {
+		return nil, snapErr(ErrFormat, "bytes follow the checksum")
+	} else if !errors.Is(err, io.EOF) {
+		return nil, snapErr(ErrFormat, "reading past the checksum: %v", err)
+	}
+	return s, nil
+}
+
+func checkTicket(t *Ticket, s *Snapshot, i uint64) error {
+	bad := func(format string, args ...any) error {
+		return snapErr(ErrFormat, "ticket %d (%q): %s", i, t.Name, fmt.Sprintf(format, args...))
+	}
+	if err := ValidName(t.Name); err != nil {
+		return bad("%v", err)
+	}
+	if i > 0 && s.Tickets[i-1].Name >= t.Name {
+		return bad("names are not strictly increasing")
+	}
+	if err := ValidHolder(t.Holder); err != nil {
+		return bad("%v", err)
+	}
+	if t.Token == 0 || t.Token > s.Index {
+		return bad("token %d is outside 1..=%d (the snapshot's index)", t.Token, s.Index)
+	}
+	if err := ValidLease(int64(t.LeaseS)); err != nil {
+		return bad("%v", err)
+	}
+	if lo, ok := AddSat(t.ValidBeforeMs, s.DeltaMs); !ok || t.ExpiryMs < lo {
+		return bad("expiry %d is earlier than valid_before %d + Δ %d", t.ExpiryMs, t.ValidBeforeMs, s.DeltaMs)
+	}
+	return nil
+}
+
+// AddSat is a+b, or false when it overflows.
+func AddSat(a, b uint64) (uint64, bool) {
+	if s := a + b; s >= a {
+		return s, true
+	}
+	return 0, false
+}
+
+type snapReader struct {
+	r *bufio.Reader
+	h hash.Hash32
+}
+
+func (s *snapReader) full(b []byte) error {
+	if _, err := io.ReadFull(s.r, b); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return snapErr(ErrFormat, "truncated")
+		}
+		return snapErr(ErrFormat, "read: %v", err)
+	}
+	s.h.Write(b)
+	return nil
+}
+
+func (s *snapReader) str() (string, error) {
+	var n [1]byte
+	if err := s.full(n[:]); err != nil {
+		return "", err
+	}
+	b := make([]byte, n[0])
+	if err := s.full(b); err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// RestoreError is a refused snapshot restore.
+type RestoreError struct{ Err error }
+
+func (e *RestoreError) Error() string { return "ticket: snapshot restore refused: " + e.Err.Error() }
+func (e *RestoreError) Unwrap() error { return e.Err }
+
+// Restore replaces the state with a snapshot read from r, after verifying
+// all of it: format, checksum, Δ ∈ 2..=60000 and Δ equal to the configured
+// one. Expiries are taken verbatim. A refused restore leaves the state as
+// it was and stops the FSM (fail closed: the node must not go on).
+func (f *FSM) Restore(r io.Reader) error {
+	s, err := ReadSnapshot(r)
+	if err == nil && s.DeltaMs != f.expect {
+		err = fmt.Errorf("%w: the snapshot's Δ is %d ms, this node is configured with %d ms", ErrDeltaMismatch, s.DeltaMs, f.expect)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err != nil {
+		f.fail(&RestoreError{Err: err})
+		return &RestoreError{Err: err}
+	}
+	if f.fatal != nil {
+		return &RestoreError{Err: fmt.Errorf("%w: %v", ErrStopped, f.fatal)}
+	}
+	tickets := make(map[string]*item, len(s.Tickets))
+	heap := make([]*item, 0, len(s.Tickets))
+	for _, t := range s.Tickets {
+		it := &item{Ticket: t}
+		tickets[t.Name] = it
+		heap = append(heap, it)
+	}
+	f.tickets, f.heap = tickets, heap
+	for i, it := range f.heap {
+		it.hidx = i
+	}
+	for i := len(f.heap)/2 - 1; i >= 0; i-- {
+		f.down(i)
+	}
+	f.delta, f.index = s.DeltaMs, s.Index
+	return nil
+}
