@@ -3,6 +3,7 @@ package clockhealth
 import (
 	"fmt"
 	"net"
+	"strconv"
 
 	"github.com/tckclk/tckclk/internal/config"
 	"github.com/tckclk/tckclk/protocol"
@@ -89,6 +90,7 @@ func (c *Config) Validate(prefix string) error {
 	if c.AgentAddr != "" && len(c.AgentAddrs) > 0 {
 		return config.Errorf(p("agent_addrs"), "set agent_addr or agent_addrs, not both")
 	}
+	seen := map[string]int{}
 	for i, a := range c.Agents() {
 		key := p("agent_addr")
 		if c.AgentAddr == "" {
@@ -98,6 +100,16 @@ func (c *Config) Validate(prefix string) error {
 		if err != nil || host == "" || port == "" {
 			return config.Errorf(key, "%q is not HOST:PORT", a)
 		}
+		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+			return config.Errorf(key, "%q: port must be 1..=65535", a)
+		}
+		if j, dup := seen[a]; dup {
+			return config.Errorf(key, "%q is listed twice (also at index %d)", a, j)
+		}
+		seen[a] = i
+	}
+	if c.DevReference && !c.HasAgent() {
+		return config.Errorf(p("dev_reference"), "set, but no agent is configured (agent_addr or agent_addrs)")
 	}
 	if c.NextSecretFile != "" && c.SecretFile == "" {
 		return config.Errorf(p("next_secret_file"), "needs secret_file too (rotation keeps both)")

@@ -1,0 +1,659 @@
+package clockhealth
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tckclk/tckclk/internal/secret"
+	"github.com/tckclk/tckclk/protocol"
+)
+
+// ClockCheckSamples is how many consecutive healthy samples clock_check
+// needs before the node may start its listeners (SPEC §3.5).
+const ClockCheckSamples = 3
+
+// Options configure a Monitor. Only Config is required; with an agent
+// configured, Secret is too.
+type Options struct {
+	// Config is the clock: section; New normalizes and validates a copy.
+	Config Config
+	// Secret and NextSecret are the clock secrets (SPEC §1.4); see
+	// LoadSecrets. With Config.DevReference they are turned into dev keys.
+	Secret, NextSecret []byte
+	// Wall and Mono are the clocks; both nil means the system clock.
+	Wall WallClock
+	Mono MonoClock
+	// Dialer opens agent connections; nil means a *net.Dialer.
+	Dialer Dialer
+	// Rand is the nonce source; nil means crypto/rand.
+	Rand io.Reader
+	// NewTicker paces the loops Start runs; nil means SystemTicker.
+	NewTicker TickerFunc
+	// Logger receives the monitor's log lines; nil discards them.
+	Logger *slog.Logger
+	// Registerer receives the clock metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// RetireDir is the data dir a FAILED after Advance(StageJoined) writes
+	// the retired marker into (SPEC §3.4). Empty: never write one (single
+	// node mode, whose restart rule is the node's own).
+	RetireDir string
+	// OnFailed, if set, is called once, after the retired marker (if any)
+	// is written and before Failed() is closed, by the goroutine that
+	// latched the failure — possibly a caller of Check. It must not block:
+	// hand the work (leadership transfer, Raft shutdown) to the node.
+	OnFailed func(*Error)
+}
+
+// Monitor is the node's clock health (SPEC §3): the prober, the running
+// bound, the FAILED latch and the readiness stage. All methods are safe for
+// concurrent use.
+type Monitor struct {
+	cfg        Config
+	host       bool // no agent: watch the host clock only (SPEC §4)
+	keys       protocol.KeyRing
+	wall       WallClock
+	mono       MonoClock
+	both       bothClock
+	dialer     Dialer
+	rand       io.Reader
+	newTicker  TickerFunc
+	log        *slog.Logger
+	met        *metrics
+	retireDir  string
+	onFailed   func(*Error)
+	timeout    time.Duration
+	interval   time.Duration
+	watchEvery time.Duration
+	halfDelta  uint64
+	staleNs    int64
+
+	probeMu sync.Mutex // one round at a time
+
+	mu        sync.Mutex
+	lastWall  int64 // the previous evaluation's readings (rollback check)
+	lastMono  int64
+	baseWall  int64 // host mode: the readings the host watcher started from
+	baseMono  int64
+	startMono int64 // agent mode: staleness reference before the first sample
+	have      bool  // a healthy sample is installed
+	eb        uint64
+	w1, m1    int64
+	last      SampleStatus
+	boundMs   uint64
+	rounds    uint64 // consecutive healthy rounds
+	checked   bool   // clock_check passed
+	stage     Stage
+	detail    string
+	joined    bool
+	failErr   *Error
+	retired   bool
+	retireErr string
+	agents    []agentState
+	checkedCh chan struct{}
+	failedCh  chan struct{}
+	started   bool
+	closed    bool
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+}
+
+type agentState struct {
+	addr string
+	st   AgentStatus
+}
+
+// New validates opts and returns a Monitor in stage clock_check (or, with
+// no agent configured, in stage listening with the clock stages skipped).
+// Call Start to run the prober and the watchdog, and Close to stop them.
+func New(opts Options) (*Monitor, error) {
+	cfg := opts.Config
+	cfg.Normalize()
+	if err := cfg.Validate("clock"); err != nil {
+		return nil, err
+	}
+	m := &Monitor{
+		cfg:       cfg,
+		host:      !cfg.HasAgent(),
+		wall:      opts.Wall,
+		mono:      opts.Mono,
+		dialer:    opts.Dialer,
+		rand:      opts.Rand,
+		newTicker: opts.NewTicker,
+		log:       opts.Logger,
+		retireDir: opts.RetireDir,
+		onFailed:  opts.OnFailed,
+		timeout:   time.Duration(cfg.ProbeTimeoutMs) * time.Millisecond,
+		interval:  time.Duration(cfg.ProbeIntervalMs) * time.Millisecond,
+		halfDelta: cfg.DeltaMs / 2,
+		staleNs:   int64(cfg.StalenessMs) * 1e6,
+		checkedCh: make(chan struct{}),
+		failedCh:  make(chan struct{}),
+	}
+	m.watchEvery = max(time.Millisecond, m.interval/4)
+	switch {
+	case m.wall == nil && m.mono == nil:
+		c := NewSystemClock()
+		m.wall, m.mono = c, c
+	case m.wall == nil || m.mono == nil:
+		return nil, errors.New("clockhealth: Options.Wall and Options.Mono are set together or not at all")
+	}
+	if b, ok := m.wall.(bothClock); ok && any(m.wall) == any(m.mono) {
+		m.both = b
+	}
+	if m.dialer == nil {
+		m.dialer = &net.Dialer{}
+	}
+	if m.rand == nil {
+		m.rand = rand.Reader
+	}
+	if m.newTicker == nil {
+		m.newTicker = SystemTicker
+	}
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
+	}
+	if !m.host {
+		if len(opts.Secret) < secret.MinLen {
+			return nil, fmt.Errorf("clockhealth: clock.secret_file: the clock secret holds %d bytes; at least %d are required", len(opts.Secret), secret.MinLen)
+		}
+		if len(opts.NextSecret) > 0 && len(opts.NextSecret) < secret.MinLen {
+			return nil, fmt.Errorf("clockhealth: clock.next_secret_file: the next clock secret holds %d bytes; at least %d are required", len(opts.NextSecret), secret.MinLen)
+		}
+		m.keys = KeyRing(opts.Secret, opts.NextSecret, cfg.DevReference)
+		for _, a := range cfg.Agents() {
+			m.agents = append(m.agents, agentState{addr: a, st: AgentStatus{Addr: a}})
+		}
+	}
+	met, err := newMetrics(opts.Registerer, cfg.DevReference)
+	if err != nil {
+		return nil, err
+	}
+	m.met = met
+
+	w, mo := m.readClocks()
+	m.lastWall, m.lastMono = w, mo
+	m.baseWall, m.baseMono = w, mo
+	m.startMono = mo
+	if m.host {
+		m.checked = true
+		close(m.checkedCh)
+		m.stage = StageListening
+		m.detail = "no clock agent configured: clock stages skipped; the host clock is trusted and watched for rollback and step"
+		m.met.state.Set(StateHealthy)
+		m.log.Info("clock health: no agent, watching the host clock for rollback and step", "delta_ms", cfg.DeltaMs)
+	} else {
+		m.stage = StageClockCheck
+		m.detail = fmt.Sprintf("waiting for %d consecutive healthy samples", ClockCheckSamples)
+		m.met.state.Set(StateChecking)
+		m.log.Info("clock health: probing agents", "delta_ms", cfg.DeltaMs, "agents", strings.Join(cfg.Agents(), ","),
+			"rotation", len(opts.NextSecret) > 0, "dev_reference", cfg.DevReference)
+	}
+	if cfg.DevReference {
+		m.log.Warn("clock health: DEV REFERENCE: clock.dev_reference is set, samples come from a development agent (dev_key), not a trusted time source")
+	}
+	m.met.setStage(m.stage)
+	return m, nil
+}
+
+// Config returns the normalized configuration in force.
+func (m *Monitor) Config() Config { return m.cfg }
+
+func (m *Monitor) readClocks() (wallNs, monoNs int64) {
+	if m.both != nil {
+		return m.both.both()
+	}
+	return m.wall.Now().UnixNano(), m.mono.NowNs()
+}
+
+// Start runs the prober (one round per probe interval, the first at once)
+// and the watchdog, which re-evaluates the running bound every quarter
+// interval so staleness, rollback and steps are seen without traffic.
+func (m *Monitor) Start() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.started || m.closed {
+		return errors.New("clockhealth: Start called twice or after Close")
+	}
+	m.started = true
+	if !m.have {
+		_, m.startMono = m.readClocks()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+	if !m.host {
+		m.wg.Go(func() { m.probeLoop(ctx) })
+	}
+	m.wg.Go(func() { m.watchLoop(ctx) })
+	return nil
+}
+
+// Close stops the loops and waits for them; an exchange in flight is cut
+// short and does not count. Close does not clear FAILED.
+func (m *Monitor) Close() error {
+	m.mu.Lock()
+	m.closed = true
+	cancel := m.cancel
+	m.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	m.wg.Wait()
+	return nil
+}
+
+func (m *Monitor) probeLoop(ctx context.Context) {
+	t := m.newTicker("probe", m.interval)
+	defer t.Stop()
+	for {
+		_ = m.Probe(ctx)
+		if m.Err() != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+	}
+}
+
+func (m *Monitor) watchLoop(ctx context.Context) {
+	t := m.newTicker("watchdog", m.watchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.failedCh:
+			return
+		case <-t.C():
+			_ = m.Check()
+		}
+	}
+}
+
+// ClockCheck waits until clock_check passes (nil), the clock FAILED (the
+// *Error: the process exits non-zero, and since it never joined nothing is
+// retired), or ctx ends. In host mode it returns nil at once.
+func (m *Monitor) ClockCheck(ctx context.Context) error {
+	select {
+	case <-m.checkedCh:
+		return m.Err()
+	case <-m.failedCh:
+		return m.Err()
+	case <-ctx.Done():
+		if err := m.Err(); err != nil {
+			return err
+		}
+		return ctx.Err()
+	}
+}
+
+// Err returns the FAILED error (an *Error) or nil.
+func (m *Monitor) Err() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failErr == nil {
+		return nil
+	}
+	return m.failErr
+}
+
+// Failed is closed once the clock FAILED and the retired marker (if due)
+// is written.
+func (m *Monitor) Failed() <-chan struct{} { return m.failedCh }
+
+// Check re-evaluates the clock now, from the injected clocks (SPEC §3.2):
+// the running bound including any wall-clock step since the last sample,
+// staleness and rollback since the previous evaluation. The ticket layer
+// calls it before every Grant, Renew and Expire it proposes. It returns nil
+// when healthy, ErrClockCheck before clock_check passed, and otherwise the
+// latched *Error (protocol.ReasonOf reads its reason). It does not allocate
+// except on the one call that latches FAILED.
+func (m *Monitor) Check() error {
+	m.mu.Lock()
+	if m.failErr != nil {
+		e := m.failErr
+		m.mu.Unlock()
+		return e
+	}
+	w, mo := m.readClocks()
+	perr := m.evaluateLocked(w, mo)
+	if perr == nil {
+		checked, bound := m.checked, m.boundMs
+		m.mu.Unlock()
+		m.met.bound.Set(float64(bound))
+		if !checked {
+			return ErrClockCheck
+		}
+		return nil
+	}
+	e, first := m.latchLocked(perr, "")
+	m.mu.Unlock()
+	if first {
+		m.afterFail(e)
+	}
+	return e
+}
+
+// evaluateLocked is one evaluation at (w, mo). Checks, first failing one
+// wins (SPEC §1.5 order, with §3.2's rule that a bound pushed past Δ/2 by a
+// step is named step): bound without a step, stale, rollback, bound with a
+// step.
+func (m *Monitor) evaluateLocked(w, mo int64) *protocol.Error {
+	dWall := w - m.lastWall
+	m.lastWall, m.lastMono = w, mo
+	var bound uint64
+	var step, stale bool
+	var sinceMono int64
+	switch {
+	case m.host:
+		sw, sm := w-m.baseWall, mo-m.baseMono
+		bound = protocol.CeilMs(protocol.AbsDiff(sw, sm))
+		step = protocol.IsStep(sw, sm)
+	case m.have:
+		sw, sm := w-m.w1, mo-m.m1
+		bound = protocol.RunningBound(m.eb, sw, sm, m.cfg.MaxDriftPPM)
+		step = protocol.IsStep(sw, sm)
+		sinceMono = sm
+		stale = sm > m.staleNs
+	default:
+		sinceMono = mo - m.startMono
+		stale = sinceMono > m.staleNs
+	}
+	m.boundMs = bound
+	exceeded := bound > m.halfDelta
+	switch {
+	case exceeded && !step:
+		return protocol.Errorf(protocol.ReasonBound, "running bound %d ms > Δ/2 = %d ms", bound, m.halfDelta)
+	case stale:
+		return protocol.Errorf(protocol.ReasonStale, "no healthy sample for %d ms > staleness_ms %d", sinceMono/1e6, m.cfg.StalenessMs)
+	case protocol.IsRollback(dWall):
+		return protocol.Errorf(protocol.ReasonRollback, "wall clock went back %d µs between evaluations", -dWall/1e3)
+	case exceeded:
+		return protocol.Errorf(protocol.ReasonStep, "wall clock stepped: running bound %d ms > Δ/2 = %d ms", bound, m.halfDelta)
+	}
+	return nil
+}
+
+// latchLocked moves the monitor to FAILED unless it already is; first says
+// whether this call did it (and so must run afterFail).
+func (m *Monitor) latchLocked(perr *protocol.Error, agent string) (e *Error, first bool) {
+	if m.failErr != nil {
+		return m.failErr, false
+	}
+	m.failErr = &Error{Reason: perr.Reason, Agent: agent, Stage: m.stage, Err: perr}
+	m.stage = StageFailed
+	m.detail = ""
+	return m.failErr, true
+}
+
+// afterFail runs the side effects of the latch once, outside the lock:
+// metrics, the log line, the retired marker (only after joining), the hook,
+// then Failed() is closed.
+func (m *Monitor) afterFail(e *Error) {
+	m.met.state.Set(StateFailed)
+	if c, ok := m.met.failures[e.Reason]; ok {
+		c.Inc()
+	}
+	m.met.setStage(StageFailed)
+	m.mu.Lock()
+	retire := m.joined && m.retireDir != ""
+	m.mu.Unlock()
+	m.log.Error("clock health FAILED: this process will not grant again", "reason", string(e.Reason),
+		"agent", e.Agent, "stage", string(e.Stage), "err", e.Error(), "retire", retire)
+	if retire {
+		err := WriteRetired(m.retireDir, e.Error())
+		m.mu.Lock()
+		if err != nil {
+			m.retireErr = err.Error()
+		} else {
+			m.retired = true
+		}
+		m.mu.Unlock()
+		if err != nil {
+			m.log.Error("clock health: writing the retired marker failed", "dir", m.retireDir, "err", err)
+		}
+	}
+	if m.onFailed != nil {
+		m.onFailed(e)
+	}
+	close(m.failedCh)
+}
+
+// Probe runs one probe round now (SPEC §3.1): every agent once, in
+// parallel, each under its own deadline. It returns nil when an agent gave a
+// healthy sample and no agent gave an invalid or dishonest one, and
+// otherwise the latched *Error. A round cut short by ctx returns ctx.Err()
+// and counts for nothing. In host mode it is Check.
+func (m *Monitor) Probe(ctx context.Context) error {
+	if m.host {
+		return m.Check()
+	}
+	if err := m.Err(); err != nil {
+		return err
+	}
+	m.probeMu.Lock()
+	defer m.probeMu.Unlock()
+	xs, err := m.round(ctx)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var good, bad, unreach *exchange
+	nUnreach := 0
+	if err == nil {
+		for i := range xs {
+			x := &xs[i]
+			switch {
+			case x.err == nil:
+				m.met.sample(ResultOK)
+				if good == nil || x.s.ErrorBoundMs < good.s.ErrorBoundMs {
+					good = x
+				}
+			case x.unreachable():
+				m.met.sample(string(x.err.Reason))
+				nUnreach++
+				if unreach == nil {
+					unreach = x
+				}
+			default:
+				m.met.sample(string(x.err.Reason))
+				if bad == nil {
+					bad = x
+				}
+			}
+		}
+	}
+
+	m.mu.Lock()
+	for i := range xs {
+		m.tallyLocked(&xs[i])
+	}
+	var e *Error
+	var first bool
+	switch {
+	case err != nil: // the nonce source failed: fail closed
+		e, first = m.latchLocked(asProtocolError(err, protocol.ReasonIO), "")
+	case bad != nil: // SPEC §3.1: a lying agent is never outvoted
+		e, first = m.latchLocked(bad.err, m.agents[bad.agent].addr)
+	case good == nil:
+		perr := unreach.err
+		if len(xs) > 1 {
+			perr = protocol.Wrap(perr.Reason, fmt.Sprintf("no agent answered (%d of %d unreachable)", nUnreach, len(xs)), perr)
+		}
+		e, first = m.latchLocked(perr, m.agents[unreach.agent].addr)
+	default:
+		e, first = m.acceptLocked(good)
+	}
+	m.mu.Unlock()
+	if first {
+		m.afterFail(e)
+	}
+	if e != nil {
+		return e
+	}
+	if good != nil {
+		m.met.rtt.Set(float64(good.s.RTTMs))
+	}
+	return nil
+}
+
+// acceptLocked installs a healthy sample as the running bound's base and
+// evaluates at once (which also checks rollback since the previous
+// evaluation). ClockCheckSamples consecutive healthy rounds pass clock_check.
+func (m *Monitor) acceptLocked(x *exchange) (*Error, bool) {
+	if m.failErr != nil {
+		return m.failErr, false
+	}
+	m.have, m.eb, m.w1, m.m1, m.last = true, x.s.ErrorBoundMs, x.w1, x.m1, x.s
+	w, mo := m.readClocks()
+	if perr := m.evaluateLocked(w, mo); perr != nil {
+		return m.latchLocked(perr, "")
+	}
+	m.rounds++
+	if !m.checked && m.rounds >= ClockCheckSamples {
+		m.checked = true
+		m.stage = StageListening
+		m.detail = fmt.Sprintf("clock_check passed (%d consecutive healthy samples)", ClockCheckSamples)
+		close(m.checkedCh)
+		m.met.setStage(m.stage)
+		m.met.state.Set(StateHealthy)
+		m.log.Info("clock health: clock_check passed", "bound_ms", m.boundMs, "delta_ms", m.cfg.DeltaMs)
+	}
+	m.met.bound.Set(float64(m.boundMs))
+	return nil, false
+}
+
+func (m *Monitor) tallyLocked(x *exchange) {
+	a := &m.agents[x.agent].st
+	a.Exchanges++
+	a.LastAtUnixMs = x.s.AtUnixMs
+	switch {
+	case x.err == nil:
+		a.OK++
+		a.ConsecutiveUnreachable = 0
+		a.LastResult, a.LastError = ResultOK, ""
+	default:
+		if x.unreachable() {
+			a.Unreachable++
+			a.ConsecutiveUnreachable++
+		} else {
+			a.ConsecutiveUnreachable = 0
+		}
+		a.LastResult, a.LastError = string(x.err.Reason), x.err.Error()
+	}
+}
+
+// Advance moves the readiness stage forward (SPEC §3.5): the node calls it
+// with StageListening, StageJoined (from then on a FAILED retires this
+// NodeId), StageUniform and StageReady, with a human detail. Stages never
+// move back; calling with the current stage updates the detail. It fails
+// with ErrClockCheck before clock_check passed and with the *Error once
+// FAILED.
+func (m *Monitor) Advance(s Stage, detail string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.failErr != nil:
+		return m.failErr
+	case s == StageFailed || s.rank() < 0:
+		return fmt.Errorf("clockhealth: Advance(%q): not a stage the node can enter", s)
+	case !m.checked:
+		return ErrClockCheck
+	case s.rank() < m.stage.rank():
+		return fmt.Errorf("clockhealth: Advance(%s): stages only move forward (now %s)", s, m.stage)
+	}
+	m.stage, m.detail = s, detail
+	if s.rank() >= StageJoined.rank() {
+		m.joined = true
+	}
+	m.met.setStage(s)
+	return nil
+}
+
+// Joined reports whether the node has reached StageJoined: a FAILED from now
+// on retires the NodeId (when RetireDir is set); before it, nothing is.
+func (m *Monitor) Joined() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.joined
+}
+
+// Stage returns the current stage.
+func (m *Monitor) Stage() Stage {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stage
+}
+
+// Ready is /readyz's clock part: nil only in StageReady with a healthy
+// clock (Check). Otherwise the *Error once FAILED, ErrClockCheck, or a
+// *StageError naming the stage. Whether a leader is known is the node's.
+func (m *Monitor) Ready() error {
+	if err := m.Check(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stage != StageReady {
+		return &StageError{Stage: m.stage, Detail: m.detail}
+	}
+	return nil
+}
+
+// Status evaluates the clock now (as Check) and returns a snapshot for
+// /readyz and /v1/status.
+func (m *Monitor) Status() Status {
+	_ = m.Check()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, mo := m.readClocks()
+	st := Status{
+		Stage:            m.stage,
+		StageDetail:      m.detail,
+		Healthy:          m.checked && m.failErr == nil,
+		Mode:             "agent",
+		DevReference:     m.cfg.DevReference,
+		DeltaMs:          m.cfg.DeltaMs,
+		BoundMs:          m.boundMs,
+		BoundLimitMs:     m.halfDelta,
+		ClockCheckPassed: m.checked,
+		HealthyRounds:    m.rounds,
+		Joined:           m.joined,
+		Retired:          m.retired,
+		RetireError:      m.retireErr,
+	}
+	if m.host {
+		st.Mode = "host"
+		st.ClockStages = "skipped: no clock agent configured (single node); the host clock is trusted and watched for rollback and step"
+		st.SinceSampleMs = uint64(max(0, mo-m.baseMono) / 1e6)
+	} else {
+		st.StalenessMs = m.cfg.StalenessMs
+		ref := m.startMono
+		if m.have {
+			ls := m.last
+			st.LastSample = &ls
+			ref = m.m1
+		}
+		st.SinceSampleMs = uint64(max(0, mo-ref) / 1e6)
+		for _, a := range m.agents {
+			st.Agents = append(st.Agents, a.st)
+		}
+	}
+	if m.failErr != nil {
+		st.Reason = m.failErr.Reason
+		st.Error = m.failErr.Error()
+		st.FailedStage = m.failErr.Stage
+	}
+	return st
+}

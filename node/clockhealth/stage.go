@@ -1,0 +1,133 @@
+package clockhealth
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/tckclk/tckclk/protocol"
+)
+
+// Stage is a readiness stage of SPEC §3.5. The node moves forward through
+// them in order; StageFailed is entered only through the FAILED latch and is
+// terminal.
+type Stage string
+
+// The stages of SPEC §3.5, in order.
+const (
+	StageClockCheck Stage = "clock_check" // proving 3 consecutive healthy samples
+	StageListening  Stage = "listening"   // Raft/mesh/API listeners starting
+	StageJoined     Stage = "joined"      // bootstrapped or joined: a FAILED now retires the NodeId
+	StageUniform    Stage = "uniform"     // every voter advertises the same Δ, version and a healthy clock
+	StageReady      Stage = "ready"       // serving clients
+	StageFailed     Stage = "failed"      // FAILED latch (terminal)
+)
+
+// Stages lists every stage in order.
+func Stages() []Stage {
+	return []Stage{StageClockCheck, StageListening, StageJoined, StageUniform, StageReady, StageFailed}
+}
+
+func (s Stage) rank() int {
+	for i, x := range Stages() {
+		if s == x {
+			return i
+		}
+	}
+	return -1
+}
+
+// ErrClockCheck is returned by Check, Ready and Advance while the clock has
+// not yet passed clock_check (3 consecutive healthy samples). It carries no
+// SPEC §1.5 reason: the node is not failed, just not yet proven.
+var ErrClockCheck = errors.New("clockhealth: clock_check has not passed yet (needs 3 consecutive healthy samples)")
+
+// Error is the FAILED latch's error. It wraps the *protocol.Error of the
+// first failure, so protocol.ReasonOf and errors.As(*protocol.Error) read
+// its SPEC §1.5 reason.
+type Error struct {
+	Reason protocol.Reason
+	Agent  string // the agent whose exchange failed; "" for evaluations between samples
+	Stage  Stage  // the stage the node was in when it failed
+	Err    *protocol.Error
+}
+
+func (e *Error) Error() string {
+	s := "clockhealth: FAILED (" + string(e.Reason) + ")"
+	if e.Agent != "" {
+		s += " agent " + e.Agent
+	}
+	if e.Err != nil && e.Err.Detail != "" {
+		s += ": " + e.Err.Detail
+	}
+	if e.Err != nil && e.Err.Err != nil {
+		s += ": " + e.Err.Err.Error()
+	}
+	return s
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// StageError says which stage a not-yet-ready node is in (a 503 for /readyz).
+type StageError struct {
+	Stage  Stage
+	Detail string
+}
+
+func (e *StageError) Error() string {
+	if e.Detail == "" {
+		return fmt.Sprintf("clockhealth: not ready: stage %s", e.Stage)
+	}
+	return fmt.Sprintf("clockhealth: not ready: stage %s: %s", e.Stage, e.Detail)
+}
+
+// Status is a snapshot for /readyz and /v1/status (JSON-ready).
+type Status struct {
+	Stage       Stage  `json:"stage"`
+	StageDetail string `json:"stage_detail,omitempty"`
+	// Healthy: clock_check passed, not FAILED, and the running bound was
+	// within Δ/2 at the evaluation this snapshot made.
+	Healthy          bool            `json:"healthy"`
+	Reason           protocol.Reason `json:"reason,omitempty"` // SPEC §1.5 reason once FAILED
+	Error            string          `json:"error,omitempty"`  // the FAILED error's text
+	FailedStage      Stage           `json:"failed_stage,omitempty"`
+	Mode             string          `json:"mode"` // "agent", or "host" (single node, no agent)
+	ClockStages      string          `json:"clock_stages,omitempty"`
+	DevReference     bool            `json:"dev_reference"` // samples from a development reference agent (SPEC §2.2)
+	DeltaMs          uint64          `json:"delta_ms"`
+	BoundMs          uint64          `json:"bound_ms"`       // running bound at this evaluation
+	BoundLimitMs     uint64          `json:"bound_limit_ms"` // Δ/2
+	ClockCheckPassed bool            `json:"clock_check_passed"`
+	HealthyRounds    uint64          `json:"healthy_rounds"` // consecutive healthy probe rounds
+	Joined           bool            `json:"joined"`
+	Retired          bool            `json:"retired,omitempty"`      // the retired marker was written
+	RetireError      string          `json:"retire_error,omitempty"` // writing it failed (the process must still stop)
+	LastSample       *SampleStatus   `json:"last_sample,omitempty"`  // the last healthy sample
+	Agents           []AgentStatus   `json:"agents,omitempty"`       // per-agent counters (SPEC §3.1)
+	StalenessMs      uint64          `json:"staleness_ms,omitempty"` // clock.staleness_ms
+	SinceSampleMs    uint64          `json:"since_sample_ms"`        // monotonic ms since the last healthy sample (or start)
+}
+
+// SampleStatus is one accepted sample (SPEC §3.1 terms).
+type SampleStatus struct {
+	Agent           string `json:"agent"`
+	ReferenceUnixMs uint64 `json:"reference_unix_ms"` // R
+	UncertaintyMs   uint64 `json:"uncertainty_ms"`    // u
+	SourceAgeMs     uint64 `json:"source_age_ms"`
+	RTTMs           uint64 `json:"rtt_ms"`
+	OffsetMs        uint64 `json:"offset_ms"`      // ceil_ms(|w1 − R|)
+	ErrorBoundMs    uint64 `json:"error_bound_ms"` // rtt + u + offset + 1
+	AtUnixMs        int64  `json:"at_unix_ms"`     // w1, local wall clock when the LF arrived
+}
+
+// AgentStatus counts one agent's exchanges.
+type AgentStatus struct {
+	Addr        string `json:"addr"`
+	Exchanges   uint64 `json:"exchanges"`
+	OK          uint64 `json:"ok"`
+	Unreachable uint64 `json:"unreachable"` // connect, timeout, io
+	// ConsecutiveUnreachable resets on the agent's next answer.
+	ConsecutiveUnreachable uint64 `json:"consecutive_unreachable"`
+	LastResult             string `json:"last_result,omitempty"` // "ok" or a SPEC §1.5 reason
+	LastError              string `json:"last_error,omitempty"`
+	LastAtUnixMs           int64  `json:"last_at_unix_ms,omitempty"`
+}
