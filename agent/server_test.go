@@ -1,0 +1,280 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tckclk/tckclk/protocol"
+)
+
+func devKeys() protocol.KeyRing {
+	return protocol.KeyRing{protocol.NewKey(protocol.DevKey(testSecret))}
+}
+
+// SPEC §1.3, §2.2: a --dev agent answers synced, signs with dev_key and only
+// with it, and says so in /readyz, /v1/status and /metrics.
+func TestDevReferenceEndToEnd(t *testing.T) {
+	r := startAgent(t, devConfig(t), Options{})
+	addr := r.Addr().String()
+	waitFor(t, "readyz 200", 3*time.Second, func() bool {
+		code, _ := httpGet(t, "http://"+r.HTTPAddr().String()+"/readyz")
+		return code == 200
+	})
+	resp, err := exchange(addr, devKeys(), 2*time.Second)
+	if err != nil {
+		t.Fatalf("exchange: %v", err)
+	}
+	if !resp.Synced || resp.UncertaintyMs < 1 {
+		t.Fatalf("dev answer %+v: want synced with uncertainty ≥ 1", resp)
+	}
+	now := uint64(time.Now().UnixMilli())
+	if d := int64(now) - int64(resp.ReferenceUnixMs); d < -50 || d > 1000 {
+		t.Fatalf("dev reference %d is %d ms from the local clock", resp.ReferenceUnixMs, d)
+	}
+	// SPEC §1.3: the plain secret must not verify a dev answer.
+	if _, err := exchange(addr, protocol.KeyRing{protocol.NewKey(testSecret)}, 2*time.Second); err == nil {
+		t.Fatal("a dev answer verified under the plain secret")
+	} else if r, _ := protocol.ReasonOf(err); r != protocol.ReasonMAC {
+		t.Fatalf("want mac, got %v", err)
+	}
+	_, body := httpGet(t, "http://"+r.HTTPAddr().String()+"/readyz")
+	if !strings.Contains(body, "DEV REFERENCE") {
+		t.Fatalf("/readyz does not label the dev reference: %q", body)
+	}
+	st := getStatus(t, r)
+	if !st.DevReference || st.Mode != "dev-reference" || !st.Synced || st.Selected != "dev" {
+		t.Fatalf("/v1/status %+v", st)
+	}
+	if v, ok := metricValue(t, r, "tckclk_agent_dev_reference"); !ok || v != "1" {
+		t.Fatalf("metric tckclk_agent_dev_reference = %q", v)
+	}
+	if v, _ := metricValue(t, r, `tckclk_agent_requests_total{result="synced"}`); v != "2" {
+		t.Fatalf("requests synced = %q, want 2", v)
+	}
+}
+
+// SPEC §2.1: a synced sample never has uncertainty 0; §2.2 ready fast.
+func TestDevReadyWithinASecond(t *testing.T) {
+	start := time.Now()
+	r := startAgent(t, devConfig(t), Options{})
+	waitFor(t, "readyz 200", 2*time.Second, func() bool {
+		code, _ := httpGet(t, "http://"+r.HTTPAddr().String()+"/readyz")
+		return code == 200
+	})
+	t.Logf("dev agent ready in %v", time.Since(start))
+}
+
+// SPEC §2.1: requests are answered only when well-formed; every
+// invalid_requests vector gets no answer, the connection is closed, and the
+// reason is counted.
+func TestInvalidRequestsGetNoAnswer(t *testing.T) {
+	r := startAgent(t, devConfig(t), Options{})
+	addr := r.Addr().String()
+	v := loadVectors(t)
+	for _, iv := range v.InvalidRequests {
+		t.Run(iv.Name, func(t *testing.T) {
+			msg := []byte(iv.Line)
+			if iv.Name != "oversize-no-lf" {
+				msg = append(msg, '\n')
+			}
+			got, took, err := sendRaw(t, addr, msg, 5*time.Second)
+			if len(got) != 0 {
+				t.Fatalf("agent answered %q", got)
+			}
+			if isTimeout(err) {
+				t.Fatalf("connection not closed after the invalid request (%v)", took)
+			}
+			t.Logf("closed after %v (err %v)", took, err)
+		})
+	}
+	// Every one counted under a SPEC §1.5 reason, none answered.
+	total := 0
+	for _, res := range []string{"size", "format", "version"} {
+		if v, ok := metricValue(t, r, `tckclk_agent_requests_total{result="`+res+`"}`); ok {
+			var n int
+			for _, c := range v {
+				n = n*10 + int(c-'0')
+			}
+			total += n
+		}
+	}
+	if total != len(v.InvalidRequests) {
+		t.Fatalf("counted %d invalid requests by reason, sent %d", total, len(v.InvalidRequests))
+	}
+	if v, _ := metricValue(t, r, `tckclk_agent_requests_total{result="synced"}`); v != "0" {
+		t.Fatalf("synced answers = %q, want 0", v)
+	}
+}
+
+// SPEC §2.1: a connection that has not delivered its line within the read
+// timeout is closed — silent, or slow (a byte at a time).
+func TestSilentAndSlowClientsClosed(t *testing.T) {
+	cfg := devConfig(t)
+	cfg.ReadTimeoutMs = 300
+	r := startAgent(t, cfg, Options{})
+	addr := r.Addr().String()
+	got, took, err := sendRaw(t, addr, nil, 5*time.Second)
+	if len(got) != 0 || isTimeout(err) || took < 250*time.Millisecond || took > 2*time.Second {
+		t.Fatalf("silent client: got %q after %v (err %v); want closed after ~300 ms", got, took, err)
+	}
+	// Slowloris: a byte every 100 ms never completes a line in time.
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	line := []byte("TCKCLK 2 AAECAwQFBgcICQoLDA0ODw\n")
+	closed := false
+	for i := 0; i < len(line) && !closed; i++ {
+		if _, err := c.Write(line[i : i+1]); err != nil {
+			closed = true
+		}
+		time.Sleep(100 * time.Millisecond) // the client's pace, not synchronisation
+	}
+	c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	buf := make([]byte, 512)
+	n, err := c.Read(buf)
+	if n != 0 || isTimeout(err) {
+		t.Fatalf("slow client: read %q err %v", buf[:n], err)
+	}
+	if took := time.Since(start); took > 4*time.Second {
+		t.Fatalf("slow client held %v", took)
+	}
+	if v, _ := metricValue(t, r, `tckclk_agent_requests_total{result="timeout"}`); v != "2" {
+		t.Fatalf("timeouts counted %q, want 2", v)
+	}
+}
+
+// SPEC §1.1: pipelined requests get at most one answer, then the close.
+func TestPipelinedRequestsGetOneAnswer(t *testing.T) {
+	r := startAgent(t, devConfig(t), Options{})
+	n1, _ := protocol.NewNonce()
+	n2, _ := protocol.NewNonce()
+	msg := append(protocol.EncodeRequest(protocol.Request{Nonce: n1}), protocol.EncodeRequest(protocol.Request{Nonce: n2})...)
+	got, _, err := sendRaw(t, r.Addr().String(), msg, 5*time.Second)
+	if isTimeout(err) {
+		t.Fatal("not closed")
+	}
+	lines := bytes.Split(bytes.TrimSuffix(got, []byte("\n")), []byte("\n"))
+	if len(lines) != 1 || !bytes.HasSuffix(got, []byte("\n")) {
+		t.Fatalf("want exactly one answer line, got %q", got)
+	}
+	if _, err := protocol.ParseVerify(lines[0], n1, devKeys()); err != nil {
+		t.Fatalf("the one answer is not the first request's: %v", err)
+	}
+}
+
+// SPEC §2.1: 100 concurrent clients are all answered.
+func TestConcurrentClientsAllAnswered(t *testing.T) {
+	r := startAgent(t, devConfig(t), Options{})
+	addr := r.Addr().String()
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := exchange(addr, devKeys(), 5*time.Second); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// SPEC §2.1: concurrent connections are capped; beyond the cap new ones are
+// closed at once (not after the read timeout), and counted.
+func TestMaxConnsClosesNewOnesAtOnce(t *testing.T) {
+	cfg := devConfig(t)
+	cfg.MaxConns = 3
+	cfg.ReadTimeoutMs = 5000
+	r := startAgent(t, cfg, Options{})
+	addr := r.Addr().String()
+	var held []net.Conn
+	for range 3 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	waitFor(t, "3 connections held", 3*time.Second, func() bool { return r.server.OpenConns() == 3 })
+	got, took, err := sendRaw(t, addr, protocol.EncodeRequest(protocol.Request{}), 4*time.Second)
+	if len(got) != 0 || isTimeout(err) || took > time.Second {
+		t.Fatalf("over the cap: got %q after %v (%v); want closed at once", got, took, err)
+	}
+	if v, _ := metricValue(t, r, `tckclk_agent_requests_total{result="overload"}`); v != "1" {
+		t.Fatalf("overload counted %q", v)
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	waitFor(t, "held connections released", 3*time.Second, func() bool { return r.server.OpenConns() == 0 })
+	if _, err := exchange(addr, devKeys(), 2*time.Second); err != nil {
+		t.Fatalf("after the held ones closed: %v", err)
+	}
+}
+
+// SPEC §2.1 / issue: graceful shutdown finishes the exchange in flight — a
+// client that had connected and was still sending gets its answer.
+func TestShutdownFinishesInFlight(t *testing.T) {
+	cfg := devConfig(t)
+	a, err := New(cfg, Options{Logger: testLogger(t), Env: noEnv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	<-a.Ready()
+	c, err := net.Dial("tcp", a.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	n, _ := protocol.NewNonce()
+	req := protocol.EncodeRequest(protocol.Request{Nonce: n})
+	c.Write(req[:10])
+	waitFor(t, "connection held", 2*time.Second, func() bool { return a.server.OpenConns() == 1 })
+	cancel() // SIGTERM
+	// New connections are refused once the listener is closed.
+	waitFor(t, "listener closed", 2*time.Second, func() bool {
+		nc, err := net.Dial("tcp", a.Addr().String())
+		if err != nil {
+			return true
+		}
+		nc.Close()
+		return false
+	})
+	if !a.draining.Load() {
+		t.Fatal("listener closed but not draining (/readyz would still say ready)")
+	}
+	c.Write(req[10:])
+	c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	lr := protocol.NewLineReader(c)
+	line, err := lr.ReadLine()
+	if err != nil {
+		t.Fatalf("in-flight request not answered: %v", err)
+	}
+	if _, err := protocol.ParseVerify(line, n, devKeys()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return")
+	}
+}

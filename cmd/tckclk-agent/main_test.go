@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tckclk/tckclk/protocol"
+)
+
+var secretBytes = []byte("cmd-test-secret-0123456789abcdefghijklmnop")
+
+func writeFile(t *testing.T, name string, b []byte, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, b, mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func envOf(kv map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := kv[k]; return v, ok }
+}
+
+func runCmd(t *testing.T, env map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // a run that gets this far returns at once
+	code := run(ctx, args, &out, &errb, envOf(env))
+	return code, out.String(), errb.String()
+}
+
+// SPEC §8 / issue item 1: bad usage and config exit 2 and name the flag or key.
+func TestExitTwoNamesTheProblem(t *testing.T) {
+	sec := writeFile(t, "s", secretBytes, 0o600)
+	loose := writeFile(t, "loose", secretBytes, 0o644)
+	short := writeFile(t, "short", []byte("short"), 0o600)
+	badYAML := writeFile(t, "a.yaml", []byte("listen: 127.0.0.1:1\nsources:\n  ntp:\n    servers: [a]\n    min_truechimer: 1\n"), 0o644)
+	range0 := writeFile(t, "b.yaml", []byte("read_timeout_ms: 60000\nsources: {kernel: {enabled: true}}\n"), 0o644)
+	cases := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want []string
+	}{
+		{"unknown flag", nil, []string{"--nope"}, []string{"-nope"}},
+		{"stray argument", nil, []string{"--kernel", "x"}, []string{`"x"`}},
+		{"no source", nil, []string{"--secret-file", sec}, []string{"sources", "--ntp"}},
+		{"bad ntp flag", nil, []string{"--ntp", "h:99999", "--secret-file", sec}, []string{"--ntp", "sources.ntp.servers[0]", "invalid port"}},
+		{"bad chrony flag", nil, []string{"--chrony", "tcp://x:1", "--secret-file", sec}, []string{"--chrony", "sources.chrony.address"}},
+		{"relative ptp4l", nil, []string{"--ptp4l", "ptp4l", "--secret-file", sec}, []string{"--ptp4l", "sources.ptp.uds"}},
+		{"dev off loopback", nil, []string{"--dev", "--listen", "0.0.0.0:7970", "--secret-file", sec}, []string{"--listen", "loopback"}},
+		{"bad listen", nil, []string{"--kernel", "--listen", "nope", "--secret-file", sec}, []string{"--listen", "HOST:PORT"}},
+		{"unknown yaml key", nil, []string{"--config", badYAML}, []string{"sources.ntp.min_truechimer", "unknown key"}},
+		{"out of range yaml", nil, []string{"--config", range0, "--secret-file", sec}, []string{"read_timeout_ms", "10 s"}},
+		{"missing config", nil, []string{"--config", "/nonexistent.yaml"}, []string{"--config"}},
+		{"no secret", nil, []string{"--kernel"}, []string{"secret_file", "no clock secret"}},
+		{"loose secret mode", nil, []string{"--kernel", "--secret-file", loose}, []string{"--secret-file", "0644", "0600"}},
+		{"short secret", nil, []string{"--kernel", "--secret-file", short}, []string{"--secret-file", "at least 32"}},
+		{"ambiguous secret", map[string]string{"CLUSTER_CLOCK_AGENT_SECRET": string(secretBytes)}, []string{"--kernel", "--secret-file", sec}, []string{"ambiguous"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, errs := runCmd(t, c.env, c.args...)
+			if code != 2 {
+				t.Fatalf("exit %d, want 2; stderr %q", code, errs)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(errs, w) {
+					t.Errorf("stderr %q does not contain %q", errs, w)
+				}
+			}
+			if strings.Contains(out+errs, string(secretBytes)) {
+				t.Fatal("the secret was printed")
+			}
+		})
+	}
+}
+
+// SPEC §6: flags override the file only when set; --print-config shows the
+// effective config and never the secret.
+func TestPrintConfigOverridesAndRedacts(t *testing.T) {
+	sec := writeFile(t, "s", secretBytes, 0o600)
+	yml := writeFile(t, "agent.yaml", []byte("listen: 127.0.0.1:7000\nhttp: 127.0.0.1:7001\nmax_drift_ppm: 80\nsources:\n  ntp:\n    servers: [a.example:123, b.example]\n"), 0o644)
+	code, out, errs := runCmd(t, nil, "--config", yml, "--listen", "127.0.0.1:7100", "--secret-file", sec, "--print-config")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, w := range []string{"listen: 127.0.0.1:7100", "http: 127.0.0.1:7001", "max_drift_ppm: 80", "a.example:123", "[redacted]"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("print-config lacks %q:\n%s", w, out)
+		}
+	}
+	code, out, _ = runCmd(t, map[string]string{"CLUSTER_CLOCK_AGENT_SECRET": string(secretBytes)}, "--config", yml, "--ntp", "c.example", "--print-config")
+	if code != 0 || strings.Contains(out, string(secretBytes)) || !strings.Contains(out, "[redacted]") {
+		t.Fatalf("exit %d, secret shown or not redacted:\n%s", code, out)
+	}
+	if strings.Contains(out, "a.example") || !strings.Contains(out, "c.example") {
+		t.Fatalf("--ntp did not replace the file's servers:\n%s", out)
+	}
+}
+
+// The conformance suite's black-box use (issue 4): build the binary, start
+// it as `--dev --listen --http --secret-file`, wait for /readyz 200, do an
+// exchange, reload the secret on SIGHUP, stop on SIGTERM with status 0.
+func TestBinaryDevBlackBox(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "tckclk-agent")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	sec := writeFile(t, "s", secretBytes, 0o600)
+	port := freePort(t)
+	hport := freePort(t)
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, "--dev", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--http", fmt.Sprintf("127.0.0.1:%d", hport), "--secret-file", sec)
+	cmd.Stderr = &stderr
+	cmd.Env = []string{} // no CLUSTER_CLOCK_AGENT_SECRET from the test's environment
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-waited
+	})
+	start := time.Now()
+	for {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", hport))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("not ready within 5 s; stderr:\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("ready after %v", time.Since(start))
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	keys := protocol.KeyRing{protocol.NewKey(protocol.DevKey(secretBytes))}
+	if err := oneExchange(addr, keys); err != nil {
+		t.Fatal(err)
+	}
+	// Rotate: write a new secret, SIGHUP, answers now verify under it.
+	next := []byte("cmd-test-secret-NEXT-0123456789abcdefghijk")
+	if err := os.WriteFile(sec, next, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Signal(syscall.SIGHUP)
+	nextKeys := protocol.KeyRing{protocol.NewKey(protocol.DevKey(next))}
+	deadline := time.Now().Add(5 * time.Second)
+	for oneExchange(addr, nextKeys) != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("SIGHUP did not switch the secret; stderr:\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-waited:
+		waited <- err
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no exit after SIGTERM")
+	}
+	if strings.Contains(stderr.String(), string(secretBytes)) || strings.Contains(stderr.String(), string(next)) {
+		t.Fatal("a secret reached the log")
+	}
+}
+
+func oneExchange(addr string, keys protocol.KeyRing) error {
+	n, _ := protocol.NewNonce()
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	c.Write(protocol.EncodeRequest(protocol.Request{Nonce: n}))
+	lr := protocol.NewLineReader(c)
+	line, err := lr.ReadLine()
+	if err != nil {
+		return err
+	}
+	if err := lr.ExpectEOF(); err != nil {
+		return err
+	}
+	r, err := protocol.ParseVerify(line, n, keys)
+	if err == nil && (!r.Synced || r.UncertaintyMs < 1) {
+		err = fmt.Errorf("answer %+v not synced with uncertainty ≥ 1", r)
+	}
+	return err
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
