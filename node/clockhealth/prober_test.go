@@ -286,17 +286,15 @@ func TestSampleChecksAtThreshold(t *testing.T) {
 // SPEC §3.3-1, §3.1: an exchange cut short by the caller's context (Close)
 // counts for nothing: no FAILED on shutdown.
 func TestCancelledRoundDoesNotFail(t *testing.T) {
-	hs := newHarness(t, func(protocol.Request) clockhealthtest.Reply { return clockhealthtest.Reply{Hold: true} },
-		func(o *clockhealth.Options) { o.Config.ProbeTimeoutMs = 1000 })
+	got, h := holdAndSignal()
+	hs := newHarness(t, h, func(o *clockhealth.Options) { o.Config.ProbeTimeoutMs = 1000 })
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- hs.mon.Probe(ctx) }()
-	for hs.agent.Conns() == 0 {
-		select {
-		case err := <-done:
-			t.Fatalf("round ended before the agent saw it: %v", err)
-		case <-time.After(time.Millisecond):
-		}
+	select {
+	case <-got:
+	case err := <-done:
+		t.Fatalf("round ended before the agent saw it: %v", err)
 	}
 	cancel()
 	select {

@@ -1,0 +1,330 @@
+package clockhealth_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tckclk/tckclk/node/clockhealth"
+	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
+	"github.com/tckclk/tckclk/protocol"
+)
+
+// SPEC §3.5: stages move forward only; joined marks the point after which a
+// FAILED retires the NodeId.
+func TestStagesForwardOnly(t *testing.T) {
+	hs := checked(t, nil)
+	if got := hs.mon.Stage(); got != clockhealth.StageListening {
+		t.Fatalf("after clock_check: %s", got)
+	}
+	if err := hs.mon.Ready(); !isStage(err, clockhealth.StageListening) {
+		t.Fatalf("Ready in listening: %v", err)
+	}
+	if hs.mon.Joined() {
+		t.Fatal("joined before Advance(joined)")
+	}
+	if err := hs.mon.Advance(clockhealth.StageJoined, "joined via 10.0.0.1"); err != nil {
+		t.Fatal(err)
+	}
+	if !hs.mon.Joined() {
+		t.Fatal("not joined after Advance(joined)")
+	}
+	if err := hs.mon.Advance(clockhealth.StageListening, ""); err == nil {
+		t.Fatal("went back to listening")
+	}
+	if err := hs.mon.Advance(clockhealth.StageFailed, ""); err == nil {
+		t.Fatal("entered failed through Advance")
+	}
+	if err := hs.mon.Advance("bogus", ""); err == nil {
+		t.Fatal("entered an unknown stage")
+	}
+	if err := hs.mon.Advance(clockhealth.StageUniform, "waiting for 1 voter"); err != nil {
+		t.Fatal(err)
+	}
+	if err := hs.mon.Advance(clockhealth.StageUniform, "all voters uniform"); err != nil {
+		t.Fatal(err)
+	}
+	if st := hs.mon.Status(); st.StageDetail != "all voters uniform" || !st.Joined {
+		t.Fatalf("status %+v", st)
+	}
+	if err := hs.mon.Advance(clockhealth.StageReady, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := hs.mon.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := metric(t, hs.reg, "clock_readiness_stage", "stage", "ready"); v != 1 {
+		t.Fatalf("clock_readiness_stage{ready} = %v", v)
+	}
+	if v, _ := metric(t, hs.reg, "clock_readiness_stage", "stage", "uniform"); v != 0 {
+		t.Fatalf("clock_readiness_stage{uniform} = %v", v)
+	}
+	hs.clk.StepWall(-time.Second)
+	if err := hs.mon.Ready(); reasonOf(t, err) != protocol.ReasonRollback {
+		t.Fatalf("Ready after a rollback: %v", err)
+	}
+}
+
+func isStage(err error, s clockhealth.Stage) bool {
+	var se *clockhealth.StageError
+	return errors.As(err, &se) && se.Stage == s
+}
+
+// SPEC §3.4: a FAILED after joining writes the retired marker (when a
+// retire dir is given); a restart on it is refused with a message asking for
+// a new NodeId. A FAILED during clock_check, or before joining, or in single
+// node mode (no retire dir) retires nothing.
+func TestRetiredMarker(t *testing.T) {
+	fail := func(hs *harness) { hs.clk.StepWall(-time.Second); _ = hs.mon.Check() }
+	t.Run("after joining", func(t *testing.T) {
+		dir := t.TempDir()
+		hs := checked(t, func(o *clockhealth.Options) { o.RetireDir = dir })
+		if err := hs.mon.Advance(clockhealth.StageJoined, ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := clockhealth.CheckRetired(dir); err != nil {
+			t.Fatalf("retired before failing: %v", err)
+		}
+		fail(hs)
+		hs.wantFailed(hs.mon.Err(), protocol.ReasonRollback) // Failed() closes after the marker is written
+		err := clockhealth.CheckRetired(dir)
+		var re *clockhealth.RetiredError
+		if !errors.As(err, &re) || !errors.Is(err, clockhealth.ErrRetired) {
+			t.Fatalf("CheckRetired: %v", err)
+		}
+		if !strings.Contains(err.Error(), "new NodeId") || !strings.Contains(re.Reason, "rollback") {
+			t.Fatalf("message %q", err)
+		}
+		if st := hs.mon.Status(); !st.Retired || st.RetireError != "" {
+			t.Fatalf("status %+v", st)
+		}
+		fi, err := os.Stat(filepath.Join(dir, clockhealth.RetiredFile))
+		if err != nil || fi.Mode().Perm()&0o077 != 0 {
+			t.Fatalf("marker %v %v", fi, err)
+		}
+	})
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, dir string) *harness
+	}{
+		{"during clock_check", func(t *testing.T, dir string) *harness {
+			hs := newHarness(t, nil, func(o *clockhealth.Options) { o.RetireDir = dir })
+			hs.pass(1)
+			return hs
+		}},
+		{"listening, not joined", func(t *testing.T, dir string) *harness {
+			return checked(t, func(o *clockhealth.Options) { o.RetireDir = dir })
+		}},
+		{"joined, single node (no retire dir)", func(t *testing.T, dir string) *harness {
+			hs := checked(t, nil)
+			if err := hs.mon.Advance(clockhealth.StageJoined, ""); err != nil {
+				t.Fatal(err)
+			}
+			return hs
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			hs := tc.setup(t, dir)
+			fail(hs)
+			hs.wantFailed(hs.mon.Err(), protocol.ReasonRollback)
+			if err := clockhealth.CheckRetired(dir); err != nil {
+				t.Fatalf("retired: %v", err)
+			}
+			if st := hs.mon.Status(); st.Retired {
+				t.Fatal("status says retired")
+			}
+		})
+	}
+}
+
+// SPEC §3.4: the marker round-trips; a marker that cannot be read refuses
+// start-up too (fail closed); control characters in a reason are flattened.
+func TestRetiredMarkerFile(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := clockhealth.CheckRetired(dir); err != nil {
+		t.Fatalf("missing dir: %v", err)
+	}
+	if err := clockhealth.WriteRetired(dir, "clockhealth: FAILED (step)\nforged: line"); err != nil {
+		t.Fatal(err)
+	}
+	var re *clockhealth.RetiredError
+	if err := clockhealth.CheckRetired(dir); !errors.As(err, &re) || re.Reason != "clockhealth: FAILED (step) forged: line" {
+		t.Fatalf("%v (%+v)", err, re)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Fatalf("temporary files left: %v", entries)
+	}
+	odd := t.TempDir()
+	if err := os.Mkdir(filepath.Join(odd, clockhealth.RetiredFile), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := clockhealth.CheckRetired(odd); err == nil {
+		t.Fatal("an unreadable marker passed")
+	}
+}
+
+// SPEC §3.5, §3.3-4: Start runs the prober (first round at once, then one
+// per tick) and the watchdog; ClockCheck returns after 3 healthy rounds. A
+// prober that stalls is caught by the watchdog as stale, and Close returns.
+func TestStartStalledProberGoesStale(t *testing.T) {
+	tickers := clockhealthtest.NewTickers()
+	release := make(chan struct{})
+	var dials atomic.Int64
+	stalling := dialFunc(func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if dials.Add(1) > 3 {
+			<-release // a stalled prober: ignores its deadline
+			return nil, errors.New("released")
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	})
+	hs := newHarness(t, nil, func(o *clockhealth.Options) {
+		o.Dialer = stalling
+		o.NewTicker = func(name string, d time.Duration) clockhealth.Ticker { return tickers.New(name, d) }
+	})
+	if err := hs.mon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := hs.mon.Start(); err == nil {
+		t.Fatal("second Start accepted")
+	}
+	for range 2 {
+		if !tickers.Fire("probe", 5*time.Second) {
+			t.Fatal("probe loop did not take a tick")
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := hs.mon.ClockCheck(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if w := tickers.Get("watchdog", time.Second); w == nil || w.Period != 250*time.Millisecond {
+		t.Fatalf("watchdog ticker %+v", w)
+	}
+	if !tickers.Fire("probe", 5*time.Second) { // round 4 stalls in the dialer
+		t.Fatal("probe loop did not take a tick")
+	}
+	hs.clk.Advance(3*time.Second + 1)
+	if !tickers.Fire("watchdog", 5*time.Second) {
+		t.Fatal("watchdog did not take a tick")
+	}
+	select {
+	case <-hs.mon.Failed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("watchdog did not catch the stalled prober")
+	}
+	hs.wantFailed(hs.mon.Err(), protocol.ReasonStale)
+	close(release)
+	if err := hs.mon.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// SPEC §3.3-1: Close during an exchange ends it without FAILED.
+func TestCloseDuringExchange(t *testing.T) {
+	got, h := holdAndSignal()
+	hs := newHarness(t, h, func(o *clockhealth.Options) { o.Config.ProbeTimeoutMs = 1000 })
+	if err := hs.mon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the agent saw no request")
+	}
+	start := time.Now()
+	_ = hs.mon.Close()
+	if el := time.Since(start); el > 900*time.Millisecond {
+		t.Fatalf("Close waited %v for the exchange deadline", el)
+	}
+	if err := hs.mon.Err(); err != nil {
+		t.Fatalf("Close latched %v", err)
+	}
+}
+
+// holdAndSignal is an agent that never answers and signals its first request.
+func holdAndSignal() (<-chan struct{}, clockhealthtest.Handler) {
+	got := make(chan struct{})
+	var once sync.Once
+	return got, func(protocol.Request) clockhealthtest.Reply {
+		once.Do(func() { close(got) })
+		return clockhealthtest.Reply{Hold: true}
+	}
+}
+
+type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+func (f dialFunc) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	return f(ctx, network, addr)
+}
+
+// SPEC §4.1, §3.5: the status snapshot serves as JSON.
+func TestStatusJSON(t *testing.T) {
+	hs := checked(t, nil)
+	raw, err := json.Marshal(hs.mon.Status())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"stage", "healthy", "mode", "dev_reference", "delta_ms", "bound_ms", "bound_limit_ms", "last_sample", "agents", "since_sample_ms"} {
+		if _, ok := m[k]; !ok {
+			t.Fatalf("key %q missing in %s", k, raw)
+		}
+	}
+	ls := m["last_sample"].(map[string]any)
+	for _, k := range []string{"agent", "reference_unix_ms", "uncertainty_ms", "rtt_ms", "offset_ms", "source_age_ms", "error_bound_ms", "at_unix_ms"} {
+		if _, ok := ls[k]; !ok {
+			t.Fatalf("last_sample key %q missing in %s", k, raw)
+		}
+	}
+	if m["stage"] != "listening" || m["healthy"] != true {
+		t.Fatalf("%s", raw)
+	}
+}
+
+// SPEC §5, §1.5: every reason label exists before any failure; a second
+// registration on the same registry is refused and leaves nothing behind.
+func TestMetricsPreRegistered(t *testing.T) {
+	hs := newHarness(t, nil, nil)
+	for _, r := range protocol.Reasons() {
+		if _, ok := metric(t, hs.reg, "clock_failures_total", "reason", string(r)); !ok {
+			t.Fatalf("clock_failures_total{reason=%q} missing", r)
+		}
+		if _, ok := metric(t, hs.reg, "clock_samples_total", "result", string(r)); !ok {
+			t.Fatalf("clock_samples_total{result=%q} missing", r)
+		}
+	}
+	for _, name := range []string{"clock_health_state", "clock_error_bound_ms", "clock_sample_rtt_ms", "clock_dev_reference"} {
+		if _, ok := metric(t, hs.reg, name, "", ""); !ok {
+			t.Fatalf("%s missing", name)
+		}
+	}
+	opts := clockhealth.Options{Config: clockhealth.DefaultConfig(), Registerer: hs.reg}
+	if _, err := clockhealth.New(opts); err == nil {
+		t.Fatal("duplicate registration accepted")
+	}
+	// A clash on the fourth collector unregisters the first three.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "clock_dev_reference", Help: "squatter"}))
+	opts.Registerer = reg
+	if _, err := clockhealth.New(opts); err == nil {
+		t.Fatal("clashing registration accepted")
+	}
+	if _, ok := metric(t, reg, "clock_health_state", "", ""); ok {
+		t.Fatal("a refused registration left clock_health_state behind")
+	}
+}
