@@ -1,0 +1,310 @@
+// Package client is the Go client of the ticketd HTTP API (SPEC §4.1).
+//
+// Grant and Renew return the server's answer plus a local monotonic
+// Deadline: the client's own send time + the lease × (1 − 500 ppm), the
+// margin covering this host's clock-rate error over a 250 s lease. That
+// deadline, not any server time, is what code should trust: stop using the
+// ticket's fencing token before it passes.
+//
+// Hazard: Deadline carries Go's monotonic clock reading; compare it only
+// with time.Now() (time.Until, Before). Serialising it strips the monotonic
+// reading and leaves a wall time, which is not safe to trust.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tckclk/tckclk/node/api"
+)
+
+// ClockErrorPPM is the rate error the local deadline allows for (SPEC §4).
+const ClockErrorPPM = 500
+
+// DefaultAddr is ticketd's default API address.
+const DefaultAddr = "http://127.0.0.1:7980"
+
+// Client talks to one ticketd.
+type Client struct {
+	base  string
+	hc    *http.Client
+	token string
+	admin string
+	now   func() time.Time
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient uses hc (e.g. with a TLS configuration).
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithToken sends the client bearer token (api.token_file on the server).
+func WithToken(tok string) Option { return func(c *Client) { c.token = tok } }
+
+// WithAdminToken sends the admin bearer token on /v1/cluster/... calls.
+func WithAdminToken(tok string) Option { return func(c *Client) { c.admin = tok } }
+
+// WithClock replaces time.Now for send times (tests). The returned times
+// should carry a monotonic reading, as time.Now's do.
+func WithClock(now func() time.Time) Option { return func(c *Client) { c.now = now } }
+
+// New returns a client for addr ("http://host:port", "https://host:port"
+// or "host:port", which means http).
+func New(addr string, opts ...Option) (*Client, error) {
+	if addr == "" {
+		addr = DefaultAddr
+	}
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	u, err := url.Parse(addr)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		return nil, fmt.Errorf("client: address %q is not http(s)://HOST:PORT", addr)
+	}
+	c := &Client{base: u.Scheme + "://" + u.Host, hc: &http.Client{Timeout: 30 * time.Second}, now: time.Now}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// Error is an error answer from the server.
+type Error struct {
+	StatusCode int
+	api.ErrorBody
+}
+
+func (e *Error) Error() string {
+	msg := fmt.Sprintf("ticketd: %d %s: %s", e.StatusCode, e.ErrorBody.Error, e.Message)
+	if e.Reason != "" && !strings.Contains(e.Message, e.Reason) {
+		msg += " (reason: " + e.Reason + ")"
+	}
+	return msg
+}
+
+// Is matches on the error code: errors.Is(err, client.ErrHeld).
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.ErrorBody.Error == e.ErrorBody.Error && (t.StatusCode == 0 || t.StatusCode == e.StatusCode)
+}
+
+// Sentinels for errors.Is.
+var (
+	ErrHeld        = &Error{ErrorBody: api.ErrorBody{Error: "held"}}
+	ErrNotFound    = &Error{ErrorBody: api.ErrorBody{Error: "not_found"}}
+	ErrNotHeld     = &Error{ErrorBody: api.ErrorBody{Error: "not_held"}}
+	ErrWrongHolder = &Error{ErrorBody: api.ErrorBody{Error: "wrong_holder"}}
+	ErrWrongToken  = &Error{ErrorBody: api.ErrorBody{Error: "wrong_token"}}
+	ErrLeaseOver   = &Error{ErrorBody: api.ErrorBody{Error: "lease_over"}}
+	ErrUnavailable = &Error{ErrorBody: api.ErrorBody{Error: "unavailable"}}
+	ErrBadRequest  = &Error{ErrorBody: api.ErrorBody{Error: "bad_request"}}
+)
+
+// Lease is a granted or renewed ticket as this client holds it.
+type Lease struct {
+	api.Grant
+	// SentAt is when this client sent the request (monotonic).
+	SentAt time.Time
+	// Deadline is SentAt + the remaining lease × (1 − 500 ppm): trust the
+	// ticket only before it (time.Now().Before(l.Deadline)).
+	Deadline time.Time
+}
+
+// LocalDeadline is sent + remainingMs × (1 − ClockErrorPPM/10^6), rounded
+// towards sent.
+func LocalDeadline(sent time.Time, remainingMs uint64) time.Time {
+	d := time.Duration(remainingMs) * time.Millisecond
+	margin := (d*ClockErrorPPM + 999_999) / 1_000_000
+	return sent.Add(d - margin)
+}
+
+// Grant asks for the ticket name for leaseS seconds (1..=250).
+func (c *Client) Grant(ctx context.Context, name, holder string, leaseS int) (*Lease, error) {
+	return c.lease(ctx, name, "grant", api.GrantRequest{Holder: holder, LeaseS: int64(leaseS)})
+}
+
+// Renew extends the holder's lease; the token stays.
+func (c *Client) Renew(ctx context.Context, name, holder string, token uint64, leaseS int) (*Lease, error) {
+	return c.lease(ctx, name, "renew", api.RenewRequest{Holder: holder, Token: token, LeaseS: int64(leaseS)})
+}
+
+func (c *Client) lease(ctx context.Context, name, action string, body any) (*Lease, error) {
+	sent := c.now()
+	raw, err := c.do(ctx, http.MethodPost, ticketPath(name, action), body, false)
+	if err != nil {
+		return nil, err
+	}
+	var g api.Grant
+	var presence struct {
+		RemainingMs *uint64 `json:"remaining_ms"`
+	}
+	if err := json.Unmarshal(raw, &g); err != nil {
+		return nil, fmt.Errorf("client: %s answer: %w", action, err)
+	}
+	_ = json.Unmarshal(raw, &presence)
+	remaining := uint64(g.LeaseS) * 1000
+	if presence.RemainingMs != nil {
+		remaining = min(remaining, *presence.RemainingMs)
+	}
+	return &Lease{Grant: g, SentAt: sent, Deadline: LocalDeadline(sent, remaining)}, nil
+}
+
+// Release frees the ticket.
+func (c *Client) Release(ctx context.Context, name, holder string, token uint64) (*api.Released, error) {
+	raw, err := c.do(ctx, http.MethodPost, ticketPath(name, "release"), api.ReleaseRequest{Holder: holder, Token: token}, false)
+	if err != nil {
+		return nil, err
+	}
+	var r api.Released
+	return &r, decode(raw, &r)
+}
+
+// Get reads one ticket (linearizable); ErrNotFound when nobody holds it.
+func (c *Client) Get(ctx context.Context, name string) (*api.Ticket, error) {
+	raw, err := c.do(ctx, http.MethodGet, ticketPath(name, ""), nil, false)
+	if err != nil {
+		return nil, err
+	}
+	var t api.Ticket
+	return &t, decode(raw, &t)
+}
+
+// List reads tickets whose names start with prefix (limit 0: the server's
+// default).
+func (c *Client) List(ctx context.Context, prefix string, limit int) (*api.TicketList, error) {
+	q := url.Values{}
+	if prefix != "" {
+		q.Set("prefix", prefix)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	p := "/v1/tickets"
+	if len(q) > 0 {
+		p += "?" + q.Encode()
+	}
+	raw, err := c.do(ctx, http.MethodGet, p, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	var l api.TicketList
+	return &l, decode(raw, &l)
+}
+
+// Status reads /v1/status.
+func (c *Client) Status(ctx context.Context) (*api.Status, error) {
+	raw, err := c.do(ctx, http.MethodGet, "/v1/status", nil, false)
+	if err != nil {
+		return nil, err
+	}
+	var s api.Status
+	return &s, decode(raw, &s)
+}
+
+// Ready reads /readyz; a node that is not ready answers an *Error (503)
+// with its stage.
+func (c *Client) Ready(ctx context.Context) (*api.Health, error) {
+	raw, err := c.do(ctx, http.MethodGet, "/readyz", nil, false)
+	if err != nil {
+		if e, ok := err.(*Error); ok && e.StatusCode == http.StatusServiceUnavailable {
+			var h api.Health
+			_ = json.Unmarshal(raw, &h)
+			e.Stage, e.Reason = h.Stage, h.Reason
+			e.ErrorBody.Error, e.Message = "unavailable", "not ready: stage "+h.Stage
+		}
+		return nil, err
+	}
+	var h api.Health
+	return &h, decode(raw, &h)
+}
+
+// Members lists the cluster members (admin token).
+func (c *Client) Members(ctx context.Context) (*api.Members, error) {
+	raw, err := c.do(ctx, http.MethodGet, "/v1/cluster/members", nil, true)
+	if err != nil {
+		return nil, err
+	}
+	var m api.Members
+	return &m, decode(raw, &m)
+}
+
+func ticketPath(name, action string) string {
+	p := "/v1/tickets/" + url.PathEscape(name)
+	if action != "" {
+		p += "/" + action
+	}
+	return p
+}
+
+func decode(raw []byte, v any) error {
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("client: decoding the answer: %w", err)
+	}
+	return nil
+}
+
+// maxAnswer bounds what the client reads from a server.
+const maxAnswer = 16 << 20
+
+func (c *Client) do(ctx context.Context, method, path string, body any, admin bool) ([]byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if tok := c.token; admin {
+		tok = c.admin
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+	} else if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("client: %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if err != nil {
+		return nil, fmt.Errorf("client: %s %s: reading the answer: %w", method, path, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return raw, nil
+	}
+	e := &Error{StatusCode: resp.StatusCode}
+	if json.Unmarshal(raw, &e.ErrorBody) != nil || e.ErrorBody.Error == "" {
+		e.ErrorBody.Error = strings.ReplaceAll(strings.ToLower(http.StatusText(resp.StatusCode)), " ", "_")
+		e.Message = strings.TrimSpace(string(raw))
+	}
+	return raw, e
+}
+
+// Snapshot asks the node to take a Raft snapshot now (admin token).
+func (c *Client) Snapshot(ctx context.Context) (*api.SnapshotInfo, error) {
+	raw, err := c.do(ctx, http.MethodPost, "/v1/cluster/snapshot", nil, true)
+	if err != nil {
+		return nil, err
+	}
+	var s api.SnapshotInfo
+	return &s, decode(raw, &s)
+}

@@ -1,0 +1,41 @@
+package api
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the ticket metrics of SPEC §5: ticket_ops_total{op,result}
+// and the op latency histogram ticket_op_duration_seconds{op}. The node
+// registers tickets_active itself (it owns the state).
+type Metrics struct {
+	ops *prometheus.CounterVec
+	dur *prometheus.HistogramVec
+}
+
+// NewMetrics registers the metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ticket_ops_total",
+			Help: "Ticket operations by op (grant, renew, release, get, list, expire) and result.",
+		}, []string{"op", "result"}),
+		dur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ticket_op_duration_seconds",
+			Help:    "Latency of ticket operations, from request to answer (expire: proposal to commit).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"op"}),
+	}
+	reg.MustRegister(m.ops, m.dur)
+	return m
+}
+
+// Observe counts one op with its result and latency.
+func (m *Metrics) Observe(op, result string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.ops.WithLabelValues(op, result).Inc()
+	m.dur.WithLabelValues(op).Observe(d.Seconds())
+}

@@ -1,0 +1,508 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/tckclk/tckclk/node/ticket"
+)
+
+// Write is a proposal the API asks the Backend to make.
+type Write struct {
+	Op     ticket.Op // OpGrant, OpRenew or OpRelease
+	Name   string
+	Holder string
+	Token  uint64
+	LeaseS uint8
+}
+
+// Written is the committed outcome of a Write.
+type Written struct {
+	Result ticket.Result
+	RecvMs uint64 // the leader's wall ms (rounded down) when it took the request
+}
+
+// Backend is what the handler needs from the node.
+type Backend interface {
+	// Write proposes a Grant, Renew or Release and waits for it to apply.
+	Write(ctx context.Context, w Write) (Written, error)
+	// Get and List are linearizable reads (SPEC §4).
+	Get(ctx context.Context, name string) (ticket.Ticket, bool, error)
+	List(ctx context.Context, prefix string, limit int) ([]ticket.Ticket, bool, error)
+	Status(ctx context.Context) Status
+	// Readiness is /readyz: ok only when the node serves clients.
+	Readiness() Health
+	Members(ctx context.Context) ([]Member, error)
+	TransferLeadership(ctx context.Context, to string) error
+	RemoveMember(ctx context.Context, id string) error
+	// Snapshot takes a Raft snapshot now (admin; backups, benchmarks).
+	Snapshot(ctx context.Context) (SnapshotInfo, error)
+}
+
+// Error is an answer with a status; Backends return it for anything other
+// than a 500.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+	Stage   string
+	Reason  string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Unavailable is a 503 carrying the readiness stage or the failure reason.
+func Unavailable(stage, reason, format string, args ...any) *Error {
+	return &Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Stage: stage, Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// Options configure the handler.
+type Options struct {
+	Backend  Backend
+	Metrics  *Metrics           // nil: no op metrics
+	Gatherer prometheus.Gatherer // serves /metrics; nil: 404
+	// ClientToken, when set, is required (Authorization: Bearer) on
+	// /v1/tickets... and /v1/status. AdminToken guards /v1/cluster/...;
+	// without one the admin API answers 403.
+	ClientToken []byte
+	AdminToken  []byte
+	Logger      *slog.Logger
+}
+
+// List limits.
+const (
+	DefaultListLimit = 1000
+	MaxListLimit     = 10000
+)
+
+type server struct {
+	b       Backend
+	m       *Metrics
+	metrics http.Handler
+	client  *[32]byte
+	admin   *[32]byte
+	log     *slog.Logger
+}
+
+// NewHandler returns the API handler.
+func NewHandler(o Options) http.Handler {
+	s := &server{b: o.Backend, m: o.Metrics, log: o.Logger}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if o.Gatherer != nil {
+		s.metrics = promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{})
+	}
+	if len(o.ClientToken) > 0 {
+		h := sha256.Sum256(o.ClientToken)
+		s.client = &h
+	}
+	if len(o.AdminToken) > 0 {
+		h := sha256.Sum256(o.AdminToken)
+		s.admin = &h
+	}
+	return s
+}
+
+type route int
+
+const (
+	rNone route = iota
+	rLivez
+	rReadyz
+	rMetrics
+	rStatus
+	rList
+	rGet
+	rGrant
+	rRenew
+	rRelease
+	rMembers
+	rTransfer
+	rRemove
+	rSnapshot
+)
+
+// match returns the route, its method and the ticket name in the path.
+func match(path string) (route, string, string) {
+	switch path {
+	case "/livez":
+		return rLivez, http.MethodGet, ""
+	case "/readyz":
+		return rReadyz, http.MethodGet, ""
+	case "/metrics":
+		return rMetrics, http.MethodGet, ""
+	case "/v1/status":
+		return rStatus, http.MethodGet, ""
+	case "/v1/tickets", "/v1/tickets/":
+		return rList, http.MethodGet, ""
+	case "/v1/cluster/members":
+		return rMembers, http.MethodGet, ""
+	case "/v1/cluster/transfer-leadership":
+		return rTransfer, http.MethodPost, ""
+	case "/v1/cluster/remove":
+		return rRemove, http.MethodPost, ""
+	case "/v1/cluster/snapshot":
+		return rSnapshot, http.MethodPost, ""
+	}
+	rest, ok := strings.CutPrefix(path, "/v1/tickets/")
+	if !ok {
+		return rNone, "", ""
+	}
+	name, action, hasAction := strings.Cut(rest, "/")
+	if !hasAction {
+		return rGet, http.MethodGet, name
+	}
+	switch action {
+	case "grant":
+		return rGrant, http.MethodPost, name
+	case "renew":
+		return rRenew, http.MethodPost, name
+	case "release":
+		return rRelease, http.MethodPost, name
+	}
+	return rNone, "", ""
+}
+
+var opNames = map[route]string{rGrant: "grant", rRenew: "renew", rRelease: "release", rGet: "get", rList: "list"}
+
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rt, method, name := match(r.URL.Path)
+	if rt == rNone {
+		s.fail(w, &Error{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no endpoint %s (see SPEC §4.1)", r.URL.Path)})
+		return
+	}
+	if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
+		w.Header().Set("Allow", method)
+		s.fail(w, &Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: fmt.Sprintf("%s takes %s, not %s", r.URL.Path, method, r.Method)})
+		return
+	}
+	op := opNames[rt]
+	start := time.Now()
+	result := s.serve(w, r, rt, name)
+	if op != "" {
+		s.m.Observe(op, result, time.Since(start))
+	}
+}
+
+// serve handles a matched request and returns the metrics result label.
+func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, name string) string {
+	switch rt {
+	case rLivez:
+		writeJSON(w, http.StatusOK, Health{Status: "ok"})
+		return ""
+	case rReadyz:
+		h := s.b.Readiness()
+		code := http.StatusOK
+		if h.Status != "ok" {
+			code = http.StatusServiceUnavailable
+		}
+		writeJSON(w, code, h)
+		return ""
+	case rMetrics:
+		if s.metrics == nil {
+			return s.fail(w, &Error{Status: http.StatusNotFound, Code: "not_found", Message: "metrics are not enabled"})
+		}
+		s.metrics.ServeHTTP(w, r)
+		return ""
+	}
+	admin := rt == rMembers || rt == rTransfer || rt == rRemove || rt == rSnapshot
+	if err := s.authorize(r, admin); err != nil {
+		if err.Status == http.StatusUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="ticketd"`)
+		}
+		return s.fail(w, err)
+	}
+	if rt == rGet || rt == rGrant || rt == rRenew || rt == rRelease {
+		if err := ticket.ValidName(name); err != nil {
+			return s.fail(w, badRequest("ticket %v", err))
+		}
+	}
+	var body []byte
+	if r.Method == http.MethodPost {
+		var err *Error
+		if body, err = readBody(w, r); err != nil {
+			return s.fail(w, err)
+		}
+	} else if r.ContentLength > 0 {
+		return s.fail(w, badRequest("%s %s takes no body", r.Method, r.URL.Path))
+	}
+	switch rt {
+	case rStatus:
+		if err := noQuery(r); err != nil {
+			return s.fail(w, err)
+		}
+		writeJSON(w, http.StatusOK, s.b.Status(r.Context()))
+		return "ok"
+	case rGet:
+		if err := noQuery(r); err != nil {
+			return s.fail(w, err)
+		}
+		t, ok, err := s.b.Get(r.Context(), name)
+		if err != nil {
+			return s.fail(w, err)
+		}
+		if !ok {
+			return s.fail(w, &Error{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("ticket %q is not held", name)})
+		}
+		writeJSON(w, http.StatusOK, TicketFrom(t))
+		return "ok"
+	case rList:
+		return s.list(w, r)
+	case rGrant, rRenew, rRelease:
+		return s.write(w, r, rt, name, body)
+	case rMembers:
+		ms, err := s.b.Members(r.Context())
+		if err != nil {
+			return s.fail(w, err)
+		}
+		writeJSON(w, http.StatusOK, Members{Members: ms})
+		return "ok"
+	case rTransfer:
+		var to string
+		if len(strings.TrimSpace(string(body))) > 0 {
+			if err := decodeStrict(body, fieldSpec{name: "to", kind: kString, str: &to}); err != nil {
+				return s.fail(w, badRequest("%v", err))
+			}
+		}
+		if err := s.b.TransferLeadership(r.Context(), to); err != nil {
+			return s.fail(w, err)
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		return "ok"
+	case rSnapshot:
+		if len(strings.TrimSpace(string(body))) > 0 {
+			return s.fail(w, badRequest("snapshot takes no body"))
+		}
+		info, err := s.b.Snapshot(r.Context())
+		if err != nil {
+			return s.fail(w, err)
+		}
+		writeJSON(w, http.StatusOK, info)
+		return "ok"
+	case rRemove:
+		var id string
+		if err := decodeStrict(body, fieldSpec{name: "id", kind: kString, required: true, str: &id}); err != nil {
+			return s.fail(w, badRequest("%v", err))
+		}
+		if err := s.b.RemoveMember(r.Context(), id); err != nil {
+			return s.fail(w, err)
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		return "ok"
+	}
+	return s.fail(w, &Error{Status: http.StatusNotFound, Code: "not_found", Message: "no such endpoint"})
+}
+
+func (s *server) list(w http.ResponseWriter, r *http.Request) string {
+	q := r.URL.Query()
+	limit := DefaultListLimit
+	for k, v := range q {
+		if len(v) != 1 {
+			return s.fail(w, badRequest("query parameter %q is given %d times", k, len(v)))
+		}
+		switch k {
+		case "prefix":
+			if err := validPrefix(v[0]); err != nil {
+				return s.fail(w, badRequest("prefix: %v", err))
+			}
+		case "limit":
+			n, err := strconv.Atoi(v[0])
+			if err != nil || n < 1 || n > MaxListLimit {
+				return s.fail(w, badRequest("limit %q is not an integer in 1..=%d", v[0], MaxListLimit))
+			}
+			limit = n
+		default:
+			return s.fail(w, badRequest("unknown query parameter %q; list takes prefix and limit", k))
+		}
+	}
+	ts, truncated, err := s.b.List(r.Context(), q.Get("prefix"), limit)
+	if err != nil {
+		return s.fail(w, err)
+	}
+	out := TicketList{Tickets: make([]Ticket, len(ts)), Truncated: truncated}
+	for i, t := range ts {
+		out.Tickets[i] = TicketFrom(t)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return "ok"
+}
+
+func validPrefix(p string) error {
+	if len(p) > ticket.MaxNameLen {
+		return fmt.Errorf("%d bytes is longer than a name can be", len(p))
+	}
+	if p == "" {
+		return nil
+	}
+	return ticket.ValidName(p)
+}
+
+func (s *server) write(w http.ResponseWriter, r *http.Request, rt route, name string, body []byte) string {
+	if err := noQuery(r); err != nil {
+		return s.fail(w, err)
+	}
+	wr := Write{Name: name}
+	var lease int64
+	holder := fieldSpec{name: "holder", kind: kString, required: true, str: &wr.Holder}
+	leaseF := fieldSpec{name: "lease_s", kind: kInt, required: true, i64: &lease}
+	token := fieldSpec{name: "token", kind: kUint, required: true, u64: &wr.Token}
+	var err error
+	switch rt {
+	case rGrant:
+		wr.Op = ticket.OpGrant
+		err = decodeStrict(body, holder, leaseF)
+	case rRenew:
+		wr.Op = ticket.OpRenew
+		err = decodeStrict(body, holder, token, leaseF)
+	case rRelease:
+		wr.Op = ticket.OpRelease
+		err = decodeStrict(body, holder, token)
+	}
+	if err != nil {
+		return s.fail(w, badRequest("%v", err))
+	}
+	if err := ticket.ValidHolder(wr.Holder); err != nil {
+		return s.fail(w, badRequest("%v", err))
+	}
+	if wr.Op != ticket.OpGrant && wr.Token == 0 {
+		return s.fail(w, badRequest("token must be at least 1"))
+	}
+	if wr.Op != ticket.OpRelease {
+		if err := ticket.ValidLease(lease); err != nil {
+			return s.fail(w, badRequest("%v", err))
+		}
+		wr.LeaseS = uint8(lease)
+	}
+	out, werr := s.b.Write(r.Context(), wr)
+	if werr != nil {
+		return s.fail(w, werr)
+	}
+	res := out.Result
+	t := res.Ticket
+	switch res.Code {
+	case ticket.CodeOK, ticket.CodeExisting:
+		if wr.Op == ticket.OpRelease {
+			writeJSON(w, http.StatusOK, Released{Name: t.Name, Holder: t.Holder, Token: t.Token, Released: true})
+			return "ok"
+		}
+		var remaining uint64
+		if t.ValidBeforeMs > out.RecvMs {
+			remaining = t.ValidBeforeMs - out.RecvMs
+		}
+		writeJSON(w, http.StatusOK, Grant{Name: t.Name, Holder: t.Holder, Token: t.Token, LeaseS: t.LeaseS,
+			ConservativeValidBeforeUnixMs: t.ValidBeforeMs, RemainingMs: remaining})
+		return res.Code.String()
+	case ticket.CodeHeld:
+		writeJSON(w, http.StatusConflict, ErrorBody{Error: "held", Holder: t.Holder, Token: t.Token,
+			Message: fmt.Sprintf("ticket %q is held by %q (token %d)", name, t.Holder, t.Token)})
+		return "held"
+	case ticket.CodeNotHeld:
+		return s.conflict(w, res.Code, "ticket %q is not held", name)
+	case ticket.CodeWrongHolder:
+		return s.conflict(w, res.Code, "ticket %q is not held by %q", name, wr.Holder)
+	case ticket.CodeWrongToken:
+		return s.conflict(w, res.Code, "ticket %q is held by %q under another token than %d", name, wr.Holder, wr.Token)
+	case ticket.CodeLeaseOver:
+		return s.conflict(w, res.Code, "ticket %q: the lease of token %d has run out; grant it again", name, wr.Token)
+	case ticket.CodeFatal:
+		return s.fail(w, Unavailable("failed", "state", "the node stopped: %v", res.Err))
+	}
+	// NoDelta, BadExpiry: the node proposed against a Δ it no longer has.
+	return s.fail(w, Unavailable("", res.Code.String(), "refused by the state machine (%v); retry", res.Code))
+}
+
+func (s *server) conflict(w http.ResponseWriter, c ticket.Code, format string, args ...any) string {
+	writeJSON(w, http.StatusConflict, ErrorBody{Error: c.String(), Message: fmt.Sprintf(format, args...)})
+	return c.String()
+}
+
+// authorize checks the bearer token in constant time (hashes of equal
+// length, so the comparison reveals neither content nor length).
+func (s *server) authorize(r *http.Request, admin bool) *Error {
+	want := s.client
+	if admin {
+		if s.admin == nil {
+			return &Error{Status: http.StatusForbidden, Code: "forbidden", Message: "the admin API is disabled; set api.admin_token_file"}
+		}
+		want = s.admin
+	}
+	if want == nil {
+		return nil
+	}
+	auth := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(auth, "Bearer ")
+	got := sha256.Sum256([]byte(tok))
+	if subtle.ConstantTimeCompare(got[:], want[:]) != 1 || !ok {
+		which := "client"
+		if admin {
+			which = "admin"
+		}
+		return &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "missing or wrong " + which + " bearer token"}
+	}
+	return nil
+}
+
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *Error) {
+	tooLarge := &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("request body is larger than %d bytes", MaxBody)}
+	if r.ContentLength > MaxBody {
+		return nil, tooLarge
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooLarge
+		}
+		return nil, badRequest("reading the body: %v", err)
+	}
+	return b, nil
+}
+
+func noQuery(r *http.Request) *Error {
+	if r.URL.RawQuery != "" {
+		return badRequest("%s takes no query parameters", r.URL.Path)
+	}
+	return nil
+}
+
+func badRequest(format string, args ...any) *Error {
+	return &Error{Status: http.StatusBadRequest, Code: "bad_request", Message: fmt.Sprintf(format, args...)}
+}
+
+// fail writes an error answer and returns its metrics label.
+func (s *server) fail(w http.ResponseWriter, err error) string {
+	var e *Error
+	if !errors.As(err, &e) {
+		s.log.Error("api: internal error", "err", err)
+		e = &Error{Status: http.StatusInternalServerError, Code: "internal", Message: err.Error()}
+	}
+	writeJSON(w, e.Status, ErrorBody{Error: e.Code, Message: e.Message, Stage: e.Stage, Reason: e.Reason})
+	switch e.Status {
+	case http.StatusServiceUnavailable:
+		return "unavailable"
+	case http.StatusInternalServerError:
+		return "error"
+	}
+	return e.Code
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,151 @@
+package api
+
+import (
+	"github.com/tckclk/tckclk/node/ticket"
+)
+
+// GrantRequest is the body of POST /v1/tickets/{name}/grant.
+type GrantRequest struct {
+	Holder string `json:"holder"`
+	LeaseS int64  `json:"lease_s"`
+}
+
+// RenewRequest is the body of POST /v1/tickets/{name}/renew.
+type RenewRequest struct {
+	Holder string `json:"holder"`
+	Token  uint64 `json:"token"`
+	LeaseS int64  `json:"lease_s"`
+}
+
+// ReleaseRequest is the body of POST /v1/tickets/{name}/release.
+type ReleaseRequest struct {
+	Holder string `json:"holder"`
+	Token  uint64 `json:"token"`
+}
+
+// Grant is the 200 answer to grant and renew.
+type Grant struct {
+	Name   string `json:"name"`
+	Holder string `json:"holder"`
+	Token  uint64 `json:"token"`
+	LeaseS uint8  `json:"lease_s"`
+	// ConservativeValidBeforeUnixMs is the leader's wall ms when it received
+	// the request (rounded down) + lease_s×1000, never + Δ.
+	ConservativeValidBeforeUnixMs uint64 `json:"conservative_valid_before_unix_ms"`
+	// RemainingMs is ConservativeValidBeforeUnixMs minus the leader's receive
+	// time of THIS request: lease_s×1000 for a new grant or a renew, less for
+	// an idempotent repeat of an older grant. The Go client's local
+	// deadline is its send time + RemainingMs × (1 − 500 ppm).
+	RemainingMs uint64 `json:"remaining_ms"`
+}
+
+// Released is the 200 answer to release.
+type Released struct {
+	Name     string `json:"name"`
+	Holder   string `json:"holder"`
+	Token    uint64 `json:"token"`
+	Released bool   `json:"released"`
+}
+
+// Ticket is a held ticket as GET and list show it.
+type Ticket struct {
+	Name                          string `json:"name"`
+	Holder                        string `json:"holder"`
+	Token                         uint64 `json:"token"`
+	LeaseS                        uint8  `json:"lease_s"`
+	ConservativeValidBeforeUnixMs uint64 `json:"conservative_valid_before_unix_ms"`
+	// ServerExpiryUnixMs is when the cluster may expire the ticket (it
+	// includes Δ). It is not a client deadline.
+	ServerExpiryUnixMs uint64 `json:"server_expiry_unix_ms"`
+}
+
+// TicketList is the answer to GET /v1/tickets.
+type TicketList struct {
+	Tickets []Ticket `json:"tickets"`
+	// Truncated is true when more tickets matched than the limit.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// ErrorBody is every error answer.
+type ErrorBody struct {
+	Error   string `json:"error"`
+	Message string `json:"message"`
+	Holder  string `json:"holder,omitempty"` // 409 held
+	Token   uint64 `json:"token,omitempty"`  // 409 held
+	Stage   string `json:"stage,omitempty"`  // 503
+	Reason  string `json:"reason,omitempty"` // 503
+}
+
+// Health is the answer of /livez and /readyz.
+type Health struct {
+	Status string `json:"status"` // "ok" or "unavailable"
+	Stage  string `json:"stage,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Status is the answer of GET /v1/status.
+type Status struct {
+	NodeID             string      `json:"node_id"`
+	Mode               string      `json:"mode"` // "single-node"
+	Role               string      `json:"role"` // leader, follower, candidate, shutdown
+	Leader             string      `json:"leader"`
+	Stage              string      `json:"stage"`
+	Ready              bool        `json:"ready"`
+	Reason             string      `json:"reason,omitempty"`
+	DeltaMs            uint64      `json:"delta_ms"`
+	HoldOffUntilUnixMs uint64      `json:"hold_off_until_unix_ms,omitempty"`
+	TicketsActive      int         `json:"tickets_active"`
+	Raft               RaftStatus  `json:"raft"`
+	Clock              ClockStatus `json:"clock"`
+}
+
+// RaftStatus is the Raft part of Status.
+type RaftStatus struct {
+	Term              uint64 `json:"term"`
+	LastIndex         uint64 `json:"last_index"`
+	CommitIndex       uint64 `json:"commit_index"`
+	AppliedIndex      uint64 `json:"applied_index"`
+	LastSnapshotIndex uint64 `json:"last_snapshot_index"`
+}
+
+// ClockStatus is the clock-health part of Status (SPEC §3.5).
+type ClockStatus struct {
+	Source           string `json:"source"` // "host" (no agent) or "agent"
+	Stage            string `json:"stage"`
+	Healthy          bool   `json:"healthy"`
+	BoundMs          uint64 `json:"bound_ms,omitempty"`
+	LastSampleUnixMs uint64 `json:"last_sample_unix_ms,omitempty"`
+	Reason           string `json:"reason,omitempty"`
+	DevReference     bool   `json:"dev_reference,omitempty"`
+}
+
+// Member is one entry of GET /v1/cluster/members.
+type Member struct {
+	ID       string `json:"id"`
+	Address  string `json:"address"`
+	Suffrage string `json:"suffrage"` // voter, nonvoter
+	Leader   bool   `json:"leader"`
+}
+
+// Members is the answer of GET /v1/cluster/members.
+type Members struct {
+	Members []Member `json:"members"`
+}
+
+// TicketFrom converts FSM state to the wire form.
+func TicketFrom(t ticket.Ticket) Ticket {
+	return Ticket{
+		Name: t.Name, Holder: t.Holder, Token: t.Token, LeaseS: t.LeaseS,
+		ConservativeValidBeforeUnixMs: t.ValidBeforeMs, ServerExpiryUnixMs: t.ExpiryMs,
+	}
+}
+
+// SnapshotInfo is the answer of POST /v1/cluster/snapshot.
+type SnapshotInfo struct {
+	ID         string `json:"id"`
+	Index      uint64 `json:"index"`
+	Term       uint64 `json:"term"`
+	SizeBytes  int64  `json:"size_bytes"`
+	DurationMs int64  `json:"duration_ms"`
+	Tickets    int    `json:"tickets"`
+}

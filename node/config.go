@@ -1,0 +1,263 @@
+package node
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/tckclk/tckclk/internal/config"
+	"github.com/tckclk/tckclk/node/clockhealth"
+	"go.yaml.in/yaml/v3"
+)
+
+// Defaults of SPEC §4.1 and §8.
+const (
+	DefaultAPIAddr    = "127.0.0.1:7980"
+	DefaultDataDir    = "./ticketd-data"
+	DefaultNodeName   = "node-1"
+	DefaultMaxVoters  = 5
+	DefaultMaxStandby = 4
+)
+
+// Config is ticketd.yaml (SPEC §6, §8). The cluster keys keep the seed's
+// shape (cluster.enabled, name, failure_domain, membership.*, internode.*,
+// raft.*) so the cluster mode can grow into them.
+type Config struct {
+	Cluster ClusterConfig      `yaml:"cluster"`
+	Clock   clockhealth.Config `yaml:"clock"`
+	API     APIConfig          `yaml:"api"`
+	Log     LogConfig          `yaml:"log"`
+}
+
+// ClusterConfig is the `cluster:` section. Only enabled: false (one durable
+// Raft voter, no gossip) is implemented yet.
+type ClusterConfig struct {
+	Enabled       bool             `yaml:"enabled"`
+	Name          string           `yaml:"name"` // this node's NodeId (the Raft server ID)
+	FailureDomain string           `yaml:"failure_domain"`
+	Membership    MembershipConfig `yaml:"membership"`
+	Internode     InternodeConfig  `yaml:"internode"`
+	Raft          RaftConfig       `yaml:"raft"`
+}
+
+// MembershipConfig is cluster.membership (gossip; cluster mode only).
+type MembershipConfig struct {
+	JoinAddrs  string       `yaml:"join_addrs"` // "host:7946,host:7946"
+	SecretKey  SecretString `yaml:"secret_key" flag:"-"`
+	SecretFile string       `yaml:"secret_file"`
+	BindAddr   string       `yaml:"bind_addr"`
+	BindPort   int          `yaml:"bind_port"`
+}
+
+// InternodeConfig is cluster.internode (mesh identity; cluster mode only).
+type InternodeConfig struct {
+	IdentityKey     SecretString      `yaml:"identity_key" flag:"-"`
+	IdentityKeyFile string            `yaml:"identity_key_file"`
+	TrustedPeerKeys map[string]string `yaml:"trusted_peer_keys" flag:"-"`
+	BindPort        int               `yaml:"bind_port"`
+	TLS             TLSConfig         `yaml:"tls"`
+}
+
+// TLSConfig is cluster.internode.tls.
+type TLSConfig struct {
+	Enabled  bool   `yaml:"enabled"`
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	CAFile   string `yaml:"ca_file"`
+}
+
+// RaftConfig is cluster.raft. DataDir and the snapshot keys apply in
+// single-node mode too.
+type RaftConfig struct {
+	DataDir           string        `yaml:"data_dir"`
+	BootstrapExpect   int           `yaml:"bootstrap_expect"`
+	Role              string        `yaml:"role"` // "" (eligible member) or "client"
+	Eligible          bool          `yaml:"eligible"`
+	Priority          int           `yaml:"priority"`
+	MaxVoters         int           `yaml:"max_voters"`
+	MaxStandbys       int           `yaml:"max_standbys"`
+	ReconcileDebounce time.Duration `yaml:"reconcile_debounce"`
+	// SnapshotThreshold is how many log entries since the last snapshot
+	// trigger a new one; SnapshotInterval how often that is checked;
+	// TrailingLogs how many entries a snapshot leaves in the log.
+	SnapshotThreshold uint64        `yaml:"snapshot_threshold"`
+	SnapshotInterval  time.Duration `yaml:"snapshot_interval"`
+	TrailingLogs      uint64        `yaml:"trailing_logs"`
+}
+
+// APIConfig is the `api:` section (SPEC §4.1).
+type APIConfig struct {
+	Addr           string       `yaml:"addr"`             // --http
+	TokenFile      string       `yaml:"token_file"`       // client bearer token (optional)
+	AdminTokenFile string       `yaml:"admin_token_file"` // guards /v1/cluster/...; unset: admin API off
+	TLS            APITLSConfig `yaml:"tls"`
+}
+
+// APITLSConfig is api.tls: server certificate and key, optional client CA
+// (then clients must present a certificate it signed).
+type APITLSConfig struct {
+	Enabled      bool   `yaml:"enabled"`
+	CertFile     string `yaml:"cert_file"`
+	KeyFile      string `yaml:"key_file"`
+	ClientCAFile string `yaml:"client_ca_file"`
+}
+
+// LogConfig is the `log:` section.
+type LogConfig struct {
+	Level  string `yaml:"level"`  // debug, info, warn, error
+	Format string `yaml:"format"` // text, json
+}
+
+// SecretString is an inline secret: it never prints, and marshals as
+// "[redacted]" so --print-config cannot show it.
+type SecretString string
+
+func (s SecretString) String() string {
+	if s == "" {
+		return ""
+	}
+	return "[redacted]"
+}
+
+// GoString hides the value from %#v.
+func (s SecretString) GoString() string { return s.String() }
+
+// MarshalYAML hides the value.
+func (s SecretString) MarshalYAML() (any, error) { return s.String(), nil }
+
+// DefaultConfig is the embedded default: one node, data in ./ticketd-data,
+// API on 127.0.0.1:7980, no agent (host clock), Δ 500 ms.
+func DefaultConfig() Config {
+	return Config{
+		Cluster: ClusterConfig{
+			Name: DefaultNodeName,
+			Membership: MembershipConfig{
+				BindPort: 7946,
+			},
+			Raft: RaftConfig{
+				DataDir:           DefaultDataDir,
+				BootstrapExpect:   1,
+				Eligible:          true,
+				MaxVoters:         DefaultMaxVoters,
+				MaxStandbys:       DefaultMaxStandby,
+				ReconcileDebounce: 2 * time.Second,
+				SnapshotThreshold: 8192,
+				SnapshotInterval:  2 * time.Minute,
+				TrailingLogs:      10240,
+			},
+		},
+		Clock: clockhealth.DefaultConfig(),
+		API:   APIConfig{Addr: DefaultAPIAddr},
+		Log:   LogConfig{Level: "info", Format: "text"},
+	}
+}
+
+// ParseConfig decodes a ticketd.yaml document over the defaults (strict:
+// unknown keys, duplicate keys and wrong types are errors naming the key).
+// Call Normalize and Validate afterwards.
+func ParseConfig(data []byte) (Config, error) {
+	cfg := DefaultConfig()
+	if err := config.DecodeYAML(data, &cfg); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// Normalize fills derived defaults (the clock limits that depend on Δ).
+func (c *Config) Normalize() { c.Clock.Normalize() }
+
+// Validate checks every key; errors are *config.Error naming the key path.
+func (c *Config) Validate() error {
+	if c.Cluster.Enabled {
+		return config.Errorf("cluster.enabled", "cluster mode is not available yet (a later issue); set cluster.enabled: false (single node) or leave it out")
+	}
+	if err := validName(c.Cluster.Name); err != nil {
+		return config.Errorf("cluster.name", "%v", err)
+	}
+	r := &c.Cluster.Raft
+	if strings.TrimSpace(r.DataDir) == "" {
+		return config.Errorf("cluster.raft.data_dir", "must not be empty")
+	}
+	if r.BootstrapExpect < 0 {
+		return config.Errorf("cluster.raft.bootstrap_expect", "%d is negative", r.BootstrapExpect)
+	}
+	if r.Role != "" && r.Role != "client" {
+		return config.Errorf("cluster.raft.role", "%q is not \"\" or \"client\"", r.Role)
+	}
+	if r.MaxVoters < 1 {
+		return config.Errorf("cluster.raft.max_voters", "%d is below 1", r.MaxVoters)
+	}
+	if r.MaxStandbys < 0 {
+		return config.Errorf("cluster.raft.max_standbys", "%d is negative", r.MaxStandbys)
+	}
+	if r.SnapshotThreshold < 1 {
+		return config.Errorf("cluster.raft.snapshot_threshold", "must be at least 1")
+	}
+	if r.SnapshotInterval < 5*time.Millisecond {
+		return config.Errorf("cluster.raft.snapshot_interval", "%v is below 5ms", r.SnapshotInterval)
+	}
+	if r.ReconcileDebounce < 0 {
+		return config.Errorf("cluster.raft.reconcile_debounce", "%v is negative", r.ReconcileDebounce)
+	}
+	if err := c.Clock.Validate("clock"); err != nil {
+		return err
+	}
+	if c.Clock.HasAgent() {
+		key := "clock.agent_addr"
+		if c.Clock.AgentAddr == "" {
+			key = "clock.agent_addrs"
+		}
+		// Issue 5 wires node/clockhealth into the node; until then a
+		// configured agent must not be silently ignored.
+		return config.Errorf(key, "clock agents are not supported by this build yet (agent support is wired in by issue 5); remove the key to run on the host clock")
+	}
+	if c.API.Addr == "" {
+		return config.Errorf("api.addr", "must not be empty")
+	}
+	if _, _, err := net.SplitHostPort(c.API.Addr); err != nil {
+		return config.Errorf("api.addr", "%q is not HOST:PORT", c.API.Addr)
+	}
+	t := c.API.TLS
+	switch {
+	case !t.Enabled && (t.CertFile != "" || t.KeyFile != "" || t.ClientCAFile != ""):
+		return config.Errorf("api.tls.enabled", "TLS files are set but enabled is false; set enabled: true or remove them (never a silent plaintext fallback)")
+	case t.Enabled && t.CertFile == "":
+		return config.Errorf("api.tls.cert_file", "required when api.tls.enabled is true")
+	case t.Enabled && t.KeyFile == "":
+		return config.Errorf("api.tls.key_file", "required when api.tls.enabled is true")
+	}
+	if c.API.TokenFile != "" && c.API.TokenFile == c.API.AdminTokenFile {
+		return config.Errorf("api.admin_token_file", "is the same file as api.token_file; the admin token must differ from the client token")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		return config.Errorf("log.level", "%q is not debug, info, warn or error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		return config.Errorf("log.format", "%q is not text or json", c.Log.Format)
+	}
+	return nil
+}
+
+func validName(name string) error {
+	if name == "" || len(name) > 64 {
+		return fmt.Errorf("%q must be 1..=64 characters", name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("%q has %q; use letters, digits, '-', '_' and '.'", name, c)
+		}
+	}
+	return nil
+}
+
+// YAML renders the effective configuration with secrets redacted (the
+// files that hold secrets are paths, and are shown).
+func (c *Config) YAML() ([]byte, error) {
+	return yaml.Marshal(c)
+}

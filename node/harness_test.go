@@ -1,0 +1,190 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tckclk/tckclk/node/api/client"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// manualClock is a wall clock tests set and advance.
+type manualClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newManualClock() *manualClock {
+	return &manualClock{t: time.UnixMilli(1_700_000_000_000).Add(250 * time.Microsecond)}
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *manualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// switchGuard is a ClockGuard whose answer a test sets; it counts calls.
+type switchGuard struct {
+	err   atomic.Pointer[error]
+	calls atomic.Int64
+}
+
+func (g *switchGuard) Check() error {
+	g.calls.Add(1)
+	if p := g.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (g *switchGuard) set(err error) {
+	if err == nil {
+		g.err.Store(nil)
+		return
+	}
+	g.err.Store(&err)
+}
+
+// tlog sends log lines to t.Log.
+type tlog struct{ t testing.TB }
+
+func (w tlog) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// testNode is a node running RunWith in this process on a loopback port.
+type testNode struct {
+	t      testing.TB
+	url    string
+	c      *client.Client
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+	err    error
+	tr     *http.Transport
+}
+
+func testConfig(t testing.TB, dir string) Config {
+	cfg := DefaultConfig()
+	cfg.Cluster.Raft.DataDir = dir
+	return cfg
+}
+
+// startNode starts a node and waits until /readyz answers 200 (or Run
+// returns, which fails the test unless wantErr).
+func startNode(t testing.TB, cfg Config, deps Deps, opts ...client.Option) *testNode {
+	t.Helper()
+	tn, err := tryStart(t, cfg, deps, true, opts...)
+	if err != nil {
+		t.Fatalf("node did not start: %v", err)
+	}
+	return tn
+}
+
+func tryStart(t testing.TB, cfg Config, deps Deps, waitReady bool, opts ...client.Option) (*testNode, error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps.Listener = ln
+	if deps.Logger == nil {
+		deps.Logger = testLogger(t)
+	}
+	if deps.ExpiryInterval == 0 {
+		deps.ExpiryInterval = 5 * time.Millisecond
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	scheme := "http://"
+	if cfg.API.TLS.Enabled {
+		scheme = "https://"
+	}
+	tn := &testNode{t: t, url: scheme + ln.Addr().String(), cancel: cancel, done: make(chan error, 1), tr: &http.Transport{}}
+	opts = append([]client.Option{client.WithHTTPClient(&http.Client{Transport: tn.tr, Timeout: 30 * time.Second})}, opts...)
+	tn.c, err = client.New(tn.url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { tn.done <- RunWith(ctx, cfg, deps) }()
+	t.Cleanup(func() { tn.stop() })
+	if !waitReady {
+		return tn, nil
+	}
+	deadline := time.After(20 * time.Second)
+	for {
+		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := tn.c.Ready(rctx)
+		rcancel()
+		if err == nil {
+			return tn, nil
+		}
+		select {
+		case err := <-tn.done:
+			tn.once.Do(func() { tn.err = err })
+			return nil, err
+		case <-deadline:
+			return nil, errors.New("not ready after 20s: " + err.Error())
+		case <-time.After(5 * time.Millisecond): // poll interval, not synchronisation
+		}
+	}
+}
+
+// stop cancels the node and returns what Run returned.
+func (tn *testNode) stop() error {
+	tn.once.Do(func() {
+		tn.cancel()
+		select {
+		case tn.err = <-tn.done:
+		case <-time.After(30 * time.Second):
+			tn.err = errors.New("node did not stop within 30s")
+			tn.t.Error(tn.err)
+		}
+		tn.tr.CloseIdleConnections()
+	})
+	return tn.err
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(2 * time.Millisecond) // poll interval of a condition with a deadline
+	}
+}
+
+func writeFile(t testing.TB, dir, name, content string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
