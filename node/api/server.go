@@ -71,7 +71,7 @@ func Unavailable(stage, reason, format string, args ...any) *Error {
 // Options configure the handler.
 type Options struct {
 	Backend  Backend
-	Metrics  *Metrics           // nil: no op metrics
+	Metrics  *Metrics            // nil: no op metrics
 	Gatherer prometheus.Gatherer // serves /metrics; nil: 404
 	// ClientToken, when set, is required (Authorization: Bearer) on
 	// /v1/tickets... and /v1/status. AdminToken guards /v1/cluster/...;
