@@ -63,7 +63,11 @@ func (t *Target) do(ctx context.Context, nonce protocol.Nonce, s send) *exchange
 	deadline := start.Add(s.limit)
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	conn, err := t.dialer.DialContext(ctx, "tcp", t.addr)
+	// Connecting never takes longer than --timeout, even for the checks
+	// that then wait up to SilentCloseLimit.
+	dialCtx, cancelDial := context.WithTimeout(ctx, min(t.timeout, s.limit))
+	conn, err := t.dialer.DialContext(dialCtx, "tcp", t.addr)
+	cancelDial()
 	if err != nil {
 		x.end, x.err, x.sent, x.endAt = endConnect, err, start, time.Now()
 		return x
