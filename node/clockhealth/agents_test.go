@@ -106,3 +106,24 @@ func TestLyingAgentIsNeverOutvoted(t *testing.T) {
 		hs.wantFailed(hs.mon.Probe(t.Context()), protocol.ReasonUnsynced)
 	})
 }
+
+// SPEC §3.1: the liar fails the node as soon as it answers, not when the
+// round's slowest (silent) agent times out.
+func TestLiarFailsBeforeSlowAgentTimesOut(t *testing.T) {
+	_, silent := holdAndSignal()
+	garbage := func(protocol.Request) clockhealthtest.Reply { return clockhealthtest.Reply{Bytes: []byte("LIES\n")} }
+	hs := multi(t, []clockhealthtest.Handler{silent, garbage}, func(main string, extra []string) []string {
+		return []string{main, extra[0], extra[1]}
+	})
+	done := make(chan error, 1)
+	go func() { done <- hs.mon.Probe(t.Context()) }()
+	select {
+	case <-hs.mon.Failed():
+	case err := <-done:
+		t.Fatalf("the round ended (%v) before the liar failed the node", err)
+	}
+	if r := reasonOf(t, hs.mon.Check()); r != protocol.ReasonFormat {
+		t.Fatalf("Check during the round: %q", r)
+	}
+	hs.wantFailed(<-done, protocol.ReasonFormat)
+}

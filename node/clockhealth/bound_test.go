@@ -149,7 +149,7 @@ func TestFailedIsALatch(t *testing.T) {
 		}
 		hs.clk.Advance(time.Second)
 	}
-	hs.clk.Advance(time.Hour)      // stale
+	hs.clk.Advance(time.Hour)       // stale
 	hs.clk.StepWall(-time.Hour * 2) // rollback
 	if r := reasonOf(t, hs.mon.Check()); r != protocol.ReasonUnsynced {
 		t.Fatalf("first failure must win, got %q", r)

@@ -1,9 +1,34 @@
 // Package clockhealth is the node's fail-closed clock contract (SPEC §3):
-// a prober that proves, through a TCKCLK/2 agent, that the local wall clock
+// a prober that proves, through TCKCLK/2 agents, that the local wall clock
 // is within Δ/2 of a trusted reference; the running error bound between
 // samples; a latch that, once FAILED, never returns to healthy; the
 // `retired` marker; and the readiness stages of SPEC §3.5.
 //
-// Time is injected (WallClock, MonoClock); the package calls no time.Now in
-// its logic, so tests step and skew clocks at will.
+// Use: New(Options) → Start → ClockCheck(ctx) (3 consecutive healthy
+// samples) → the node starts listeners and calls Advance(StageJoined),
+// Advance(StageUniform), Advance(StageReady) as it gets there → Check()
+// before every Grant, Renew and Expire it proposes → Close. With no agent
+// configured (single node) the monitor watches the host clock only: the
+// clock stages are skipped and Status says so.
+//
+// Invariants:
+//   - Every failure carries exactly one SPEC §1.5 reason. Per exchange:
+//     connect, timeout, io, then the wire checks (size … mac), then the
+//     sample checks unsynced, source_age, uncertainty (u = 0 with synced=1
+//     included), rtt, offset, bound. Per evaluation: bound (no step seen),
+//     stale, rollback, then step (a bound pushed past Δ/2 while
+//     |Δwall − Δmono| > 1 ms since the sample).
+//   - FAILED is a latch: the first failure wins, nothing clears it.
+//   - Every evaluation (Check, Status, Ready, the watchdog, a new sample)
+//     reads both clocks under one mutex, so "between two evaluations"
+//     (rollback) compares readings in the order they were taken.
+//   - Time is injected (WallClock, MonoClock, TickerFunc, Dialer); the logic
+//     calls no time.Now. Check does not allocate on its healthy path.
+//
+// Hazards: OnFailed runs on whatever goroutine latched (possibly a caller of
+// Check) and must not block. The retired marker is written only after
+// Advance(StageJoined) and only with Options.RetireDir set: a failure during
+// clock_check retires nothing (the process exits non-zero and may start
+// again). Host mode trusts the host clock's rate; it detects steps and
+// rollbacks, not a clock that is simply wrong.
 package clockhealth

@@ -547,6 +547,8 @@ func (m *Monitor) tallyLocked(x *exchange) {
 		if x.unreachable() {
 			a.Unreachable++
 			a.ConsecutiveUnreachable++
+			m.log.Warn("clock health: agent unreachable", "agent", a.Addr, "reason", string(x.err.Reason),
+				"consecutive", a.ConsecutiveUnreachable, "err", x.err.Error())
 		} else {
 			a.ConsecutiveUnreachable = 0
 		}

@@ -163,7 +163,20 @@ func (m *Monitor) round(ctx context.Context) ([]exchange, error) {
 	}
 	var wg sync.WaitGroup
 	for i := range m.agents {
-		wg.Go(func() { out[i] = m.exchangeOne(ctx, i, nonces[i]) })
+		wg.Go(func() {
+			x := m.exchangeOne(ctx, i, nonces[i])
+			if x.err != nil && !x.unreachable() && ctx.Err() == nil {
+				// SPEC §3.1: a lying agent fails the node at once, not
+				// when the slowest agent of the round has answered.
+				m.mu.Lock()
+				e, first := m.latchLocked(x.err, m.agents[i].addr)
+				m.mu.Unlock()
+				if first {
+					m.afterFail(e)
+				}
+			}
+			out[i] = x
+		})
 	}
 	wg.Wait()
 	return out, nil
