@@ -222,11 +222,11 @@ func TestSnapshotRefusedAtStart(t *testing.T) {
 	}
 	resealSnap := func(b []byte) []byte { return reseal(b) }
 	cases := []struct {
-		name  string
+		name   string
 		break_ func(t *testing.T, sdir string)
-		delta uint64
-		kind  error
-		msg   string
+		delta  uint64
+		kind   error
+		msg    string
 	}{
 		{"raft CRC", edit(func(b []byte) []byte { b[40] ^= 1; return b }), 500, nil, "CRC mismatch"},
 		{"our checksum", func(t *testing.T, sdir string) {
