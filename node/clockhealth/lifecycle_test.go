@@ -328,3 +328,48 @@ func TestMetricsPreRegistered(t *testing.T) {
 		t.Fatal("a refused registration left clock_health_state behind")
 	}
 }
+
+// SPEC §3.1, §3.5, §3.4: with the system clock and real tickers, the
+// monitor passes clock_check against an agent reading real time, stays
+// healthy, and latches FAILED within a few intervals once the agent turns
+// unsynced.
+func TestSystemClockEndToEnd(t *testing.T) {
+	var synced atomic.Bool
+	synced.Store(true)
+	var agent *clockhealthtest.Agent
+	agent = clockhealthtest.StartAgent(t, []byte(vectorSecret), func(req protocol.Request) clockhealthtest.Reply {
+		return clockhealthtest.Reply{Bytes: agent.Sign(req.Nonce, uint64(time.Now().UnixMilli()), 2, synced.Load(), 10)}
+	})
+	cfg := baseConfig(agent.Addr())
+	cfg.ProbeIntervalMs = 100
+	cfg.ProbeTimeoutMs = 100
+	cfg.StalenessMs = 5000
+	mon, err := clockhealth.New(clockhealth.Options{Config: cfg, Secret: []byte(vectorSecret), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mon.Close()
+	if err := mon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := mon.ClockCheck(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := mon.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if st := mon.Status(); st.LastSample == nil || st.BoundMs > 250 || st.BoundMs < 3 {
+		t.Fatalf("status %+v", st)
+	}
+	synced.Store(false)
+	select {
+	case <-mon.Failed():
+	case <-ctx.Done():
+		t.Fatal("not FAILED after the agent turned unsynced")
+	}
+	if r := reasonOf(t, mon.Check()); r != protocol.ReasonUnsynced {
+		t.Fatalf("reason %q", r)
+	}
+}
