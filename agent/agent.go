@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,6 +67,9 @@ func New(cfg Config, opts Options) (*Agent, error) {
 	if a.clock == nil {
 		a.clock = source.SystemClock{}
 	}
+	if a.env == nil {
+		a.env = os.LookupEnv
+	}
 	if cfg.Dev {
 		a.log = a.log.With("dev_reference", true)
 		a.log.Warn("DEVELOPMENT REFERENCE (--dev): the local clock answers as a reference on loopback only, signed with dev_key; nodes accept it only with clock.dev_reference: true. Never use it in production.")
@@ -76,7 +80,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 	specs := opts.Sources
 	if specs == nil {
 		var err error
-		if specs, err = buildSources(&cfg, a.clock, a.log); err != nil {
+		if specs, err = buildSources(&cfg, a.clock, a.env, a.log); err != nil {
 			return nil, err
 		}
 	}
