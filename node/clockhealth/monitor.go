@@ -80,8 +80,7 @@ type Monitor struct {
 	probeMu sync.Mutex // one round at a time
 
 	mu        sync.Mutex
-	lastWall  int64 // the previous evaluation's readings (rollback check)
-	lastMono  int64
+	lastWall  int64 // the previous evaluation's wall reading (rollback check)
 	baseWall  int64 // host mode: the readings the host watcher started from
 	baseMono  int64
 	startMono int64 // agent mode: staleness reference before the first sample
@@ -181,7 +180,7 @@ func New(opts Options) (*Monitor, error) {
 	m.met = met
 
 	w, mo := m.readClocks()
-	m.lastWall, m.lastMono = w, mo
+	m.lastWall = w
 	m.baseWall, m.baseMono = w, mo
 	m.startMono = mo
 	if m.host {
@@ -352,7 +351,7 @@ func (m *Monitor) Check() error {
 // step.
 func (m *Monitor) evaluateLocked(w, mo int64) *protocol.Error {
 	dWall := w - m.lastWall
-	m.lastWall, m.lastMono = w, mo
+	m.lastWall = w
 	var bound uint64
 	var step, stale bool
 	var sinceMono int64
