@@ -44,6 +44,8 @@ type fakeAgent struct {
 	maxConns int32
 	// serve replaces the whole handler (hostile agents).
 	serve func(ctx context.Context, c net.Conn)
+	// accepted, if set, gets a value (without blocking) at every accept.
+	accepted chan struct{}
 
 	ln     net.Listener
 	cancel context.CancelFunc
@@ -112,6 +114,12 @@ func (a *fakeAgent) accept(ctx context.Context) {
 		c, err := a.ln.Accept()
 		if err != nil {
 			return
+		}
+		if a.accepted != nil {
+			select {
+			case a.accepted <- struct{}{}:
+			default:
+			}
 		}
 		a.wg.Go(func() {
 			defer c.Close()

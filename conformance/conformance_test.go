@@ -137,22 +137,37 @@ func TestUnreachableTarget(t *testing.T) {
 	}
 }
 
-// A cancelled run stops at once and fails what it did not run.
+// A run cancelled in the middle of a check (here one that would wait 10 s
+// for a silent client to be closed) returns at once, failing what it did
+// not finish and what it did not run.
 func TestRunCancelled(t *testing.T) {
 	a := reference(testSecret)
-	a.readTimeout = 0 // the silent-client checks would wait the full 10 s
+	a.readTimeout = 0 // holds a silent client until the agent stops
+	a.accepted = make(chan struct{}, 1)
 	cfg := runConfig(t, a.start(t), false)
+	cfg.Only = []string{"2.1-4", "2.1-5"}
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	done := make(chan *Report)
 	go func() {
 		rep, _ := Run(ctx, cfg)
 		done <- rep
 	}()
+	select {
+	case <-a.accepted:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the run never connected")
+	}
+	cancelled := time.Now()
 	cancel()
 	select {
 	case rep := <-done:
-		if rep.OK() {
-			t.Fatalf("cancelled run OK: %s", rep.Summary())
+		if took := time.Since(cancelled); took > 2*time.Second {
+			t.Errorf("returned %s after the cancel", took)
+		}
+		if len(rep.Results) != 2 || rep.OK() ||
+			!strings.HasPrefix(rep.Results[0].Detail, "interrupted") || !strings.HasPrefix(rep.Results[1].Detail, "not run") {
+			t.Fatalf("cancelled run: %+v", rep.Results)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a cancelled run did not return within 5 s")

@@ -84,7 +84,7 @@ func (t *Target) do(ctx context.Context, nonce protocol.Nonce, s send) *exchange
 			if until.After(deadline) {
 				until = deadline
 			}
-			if x.readUntil(conn, until, false, t.clock) {
+			if x.readUntil(ctx, conn, until, false, t.clock) {
 				x.endAt = time.Now()
 				return x
 			}
@@ -94,7 +94,7 @@ func (t *Target) do(ctx context.Context, nonce protocol.Nonce, s send) *exchange
 			break
 		}
 	}
-	x.readUntil(conn, deadline, true, t.clock)
+	x.readUntil(ctx, conn, deadline, true, t.clock)
 	x.endAt = time.Now()
 	return x
 }
@@ -102,9 +102,12 @@ func (t *Target) do(ctx context.Context, nonce protocol.Nonce, s send) *exchange
 // readUntil captures what the target sends until the read deadline until,
 // bounded by captureLimit. It reports whether the connection is finished:
 // closed, failed, flooded, or (when final) out of time. A non-final deadline
-// only ends a pause between parts.
-func (x *exchange) readUntil(conn net.Conn, until time.Time, final bool, wall Clock) bool {
+// only ends a pause between parts. A done ctx makes every read time out.
+func (x *exchange) readUntil(ctx context.Context, conn net.Conn, until time.Time, final bool, wall Clock) bool {
 	_ = conn.SetReadDeadline(until)
+	if ctx.Err() != nil { // cancelled before the deadline above replaced the one AfterFunc set
+		_ = conn.SetReadDeadline(time.Unix(1, 0))
+	}
 	for {
 		n := len(x.raw)
 		if n == captureLimit {

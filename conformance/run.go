@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 )
@@ -64,8 +65,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		var o Outcome
 		if err := ctx.Err(); err != nil {
 			o = fail("not run: %v", err)
-		} else {
-			o = c.Run(ctx, t)
+		} else if o = c.Run(ctx, t); !o.OK && ctx.Err() != nil {
+			o.Detail = fmt.Sprintf("interrupted (%v): %s", ctx.Err(), o.Detail)
 		}
 		res := Result{ID: c.ID, Section: c.Section, Level: c.Level, Requirement: c.Requirement,
 			Status: verdict(c.Level, o.OK), Detail: bounded(o.Detail), Duration: time.Since(start)}
