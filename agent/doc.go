@@ -38,8 +38,8 @@
 //     chrony's own refid 7F7F0101 (its free-running local clock) is not a
 //     source unless --dev.
 //   - ntp: for each server, root distance (root_delay/2 + root_dispersion)
-//   - the measurement's own error (rtt/2, whatever the path asymmetry, and
-//     the server's precision). The intervals
+//     plus the measurement's own error (rtt/2, whatever the path asymmetry,
+//     and the server's precision). The intervals
 //     [offset ± bound] go through an intersection (Marzullo) step; servers
 //     outside the best intersection are falsetickers and dropped; at least
 //     min_truechimers (default a majority of the configured servers) must

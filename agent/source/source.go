@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"time"
 )
 
@@ -135,4 +137,45 @@ func CeilDuration(seconds float64) (time.Duration, bool) {
 		d++
 	}
 	return d, true
+}
+
+// DialUnixgram connects a datagram socket to the Unix socket remote from a
+// socket file bound at local (the peer — chronyd, ptp4l — sends its reply
+// to that file). mode, when not 0, is set on the file so a peer running as
+// another user can write to it. close closes the socket and removes the
+// file; it is safe to call once.
+func DialUnixgram(remote, local string, mode os.FileMode) (conn *net.UnixConn, close func(), err error) {
+	os.Remove(local) // a leftover of a crashed run with a recycled pid
+	c, err := net.DialUnix("unixgram", &net.UnixAddr{Name: local, Net: "unixgram"}, &net.UnixAddr{Name: remote, Net: "unixgram"})
+	if err != nil {
+		os.Remove(local)
+		return nil, nil, err
+	}
+	close = func() { c.Close(); os.Remove(local) }
+	if mode != 0 {
+		if err := os.Chmod(local, mode); err != nil {
+			close()
+			return nil, nil, err
+		}
+	}
+	return c, close, nil
+}
+
+// Deadline is ctx's deadline, or one second from now when it has none.
+func Deadline(ctx context.Context) time.Time {
+	if dl, ok := ctx.Deadline(); ok {
+		return dl
+	}
+	return time.Now().Add(time.Second)
+}
+
+// Exchanged classifies the error of a request/reply with a source: a
+// network error or a timeout is ReasonUnreachable (no answer); anything
+// else — an undecodable or unexpected reply — is ReasonGarbage.
+func Exchanged(src, detail string, err error) *Error {
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return Wrap(src, ReasonUnreachable, detail, err)
+	}
+	return Wrap(src, ReasonGarbage, detail, err)
 }

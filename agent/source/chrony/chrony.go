@@ -19,7 +19,6 @@ package chrony
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -70,22 +69,14 @@ func (s *Source) Poll(ctx context.Context) (source.Sample, error) {
 		return source.Sample{}, source.Wrap("chrony", source.ReasonUnreachable, "connecting to chronyd at "+s.addr, err)
 	}
 	defer cleanup()
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(time.Second)
-	}
-	if err := conn.SetDeadline(deadline); err != nil {
+	if err := conn.SetDeadline(source.Deadline(ctx)); err != nil {
 		return source.Sample{}, source.Wrap("chrony", source.ReasonUnreachable, "deadline", err)
 	}
 	client := &chrony.Client{Connection: conn}
 	reply, err := client.Communicate(chrony.NewTrackingPacket())
 	readAt := s.clock.Now()
 	if err != nil {
-		var ne net.Error
-		if errors.As(err, &ne) || errors.Is(err, os.ErrDeadlineExceeded) {
-			return source.Sample{}, source.Wrap("chrony", source.ReasonUnreachable, "tracking request", err)
-		}
-		return source.Sample{}, source.Wrap("chrony", source.ReasonGarbage, "tracking reply", err)
+		return source.Sample{}, source.Exchanged("chrony", "tracking request", err)
 	}
 	tr, ok := reply.(*chrony.ReplyTracking)
 	if !ok {
@@ -108,19 +99,8 @@ func (s *Source) dial() (net.Conn, func(), error) {
 		return c, func() { c.Close() }, nil
 	}
 	local := filepath.Join(filepath.Dir(s.addr), fmt.Sprintf("tckclk-agent.%d.%d.sock", os.Getpid(), s.seq.Add(1)))
-	os.Remove(local) // a leftover of a crashed run with a recycled pid
-	c, err := net.DialUnix("unixgram", &net.UnixAddr{Name: local, Net: "unixgram"}, &net.UnixAddr{Name: s.addr, Net: "unixgram"})
-	if err != nil {
-		os.Remove(local)
-		return nil, nil, err
-	}
-	cleanup := func() { c.Close(); os.Remove(local) }
 	// chronyd (user _chrony) must be able to send its reply to our socket.
-	if err := os.Chmod(local, 0o666); err != nil {
-		cleanup()
-		return nil, nil, err
-	}
-	return c, cleanup, nil
+	return source.DialUnixgram(s.addr, local, 0o666)
 }
 
 // Interpret checks one tracking report read at readAt (SPEC §2.2 chrony).

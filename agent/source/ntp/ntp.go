@@ -31,7 +31,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"sync"
 	"time"
@@ -117,7 +116,7 @@ func (s *Source) measure(srv string, timeout time.Duration) Measurement {
 	r, err := s.query(srv, ntp.QueryOptions{Timeout: timeout})
 	m.At = s.clock.Now()
 	if err != nil {
-		m.Err = source.Wrap("ntp", classify(err), srv, err)
+		m.Err = source.Exchanged("ntp", srv, err)
 		return m
 	}
 	m.Stratum, m.RTT, m.Offset = r.Stratum, r.RTT, r.ClockOffset
@@ -147,20 +146,6 @@ func (s *Source) measure(srv string, timeout time.Duration) Measurement {
 		m.Bound = time.Nanosecond // never an exact clock
 	}
 	return m
-}
-
-// classify: timeouts and network errors are unreachable; anything else
-// (a malformed packet, a wrong mode, an origin mismatch) is garbage.
-func classify(err error) source.Reason {
-	var ne net.Error
-	if errors.As(err, &ne) {
-		return source.ReasonUnreachable
-	}
-	var oe *net.OpError
-	if errors.As(err, &oe) {
-		return source.ReasonUnreachable
-	}
-	return source.ReasonGarbage
 }
 
 // Intersection is the result of the clock-select step over n intervals.

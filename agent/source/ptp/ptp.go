@@ -17,10 +17,8 @@ package ptp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -66,28 +64,18 @@ type Status struct {
 // Poll reads the management data sets once.
 func (s *Source) Poll(ctx context.Context) (source.Sample, error) {
 	local := filepath.Join(s.localDir, fmt.Sprintf("tckclk-agent.ptp.%d.%d.sock", os.Getpid(), s.seq.Add(1)))
-	os.Remove(local)
-	conn, err := net.DialUnix("unixgram", &net.UnixAddr{Name: local, Net: "unixgram"}, &net.UnixAddr{Name: s.uds, Net: "unixgram"})
+	conn, closeConn, err := source.DialUnixgram(s.uds, local, 0)
 	if err != nil {
-		os.Remove(local)
 		return source.Sample{}, source.Wrap("ptp", source.ReasonUnreachable, "connecting to ptp4l at "+s.uds, err)
 	}
-	defer func() { conn.Close(); os.Remove(local) }()
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(time.Second)
-	}
-	conn.SetDeadline(deadline)
+	defer closeConn()
+	conn.SetDeadline(source.Deadline(ctx))
 	c := &ptp.MgmtClient{Connection: conn}
 	c.SetDomainNumber(s.domain)
 	st, err := read(c)
 	readAt := s.clock.Now()
 	if err != nil {
-		var ne net.Error
-		if errors.As(err, &ne) || errors.Is(err, os.ErrDeadlineExceeded) {
-			return source.Sample{}, source.Wrap("ptp", source.ReasonUnreachable, "management request", err)
-		}
-		return source.Sample{}, source.Wrap("ptp", source.ReasonGarbage, "management reply", err)
+		return source.Sample{}, source.Exchanged("ptp", "management request", err)
 	}
 	return Interpret(readAt, st)
 }
