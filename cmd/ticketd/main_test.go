@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func runCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func writeConfig(t *testing.T, body string) string {
+	p := filepath.Join(t.TempDir(), "ticketd.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// SPEC §6, §8: --print-config shows the effective config (file, then flags)
+// with inline secrets redacted, and exits 0.
+func TestPrintConfig(t *testing.T) {
+	secret := "c3VwZXItc2VjcmV0LWdvc3NpcC1rZXktMzItYnl0ZXMhIQ=="
+	cfg := writeConfig(t, "cluster:\n  membership:\n    secret_key: \""+secret+"\"\n  internode:\n    identity_key: \"aWRlbnRpdHk=\"\nclock:\n  delta_ms: 1000\n")
+	code, out, errs := runCmd(t, "--config", cfg, "--data-dir", "/var/lib/x", "--http", "127.0.0.1:9999", "--cluster.raft.snapshot_threshold", "77", "--print-config")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"delta_ms: 1000", "data_dir: /var/lib/x", "addr: 127.0.0.1:9999", "snapshot_threshold: 77", "secret_key: '[redacted]'", "identity_key: '[redacted]'", "max_rtt_ms: 250"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("print-config lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, secret) || strings.Contains(out, "aWRlbnRpdHk=") {
+		t.Fatal("a secret is printed")
+	}
+}
+
+// SPEC §6, §8: bad usage and bad config exit 2 with the key's path.
+func TestConfigErrorsExit2(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		msg  string
+	}{
+		{"unknown key", []string{"--config", writeConfig(t, "clock:\n  delta: 5\n")}, "clock.delta: unknown key"},
+		{"wrong type", []string{"--config", writeConfig(t, "clock:\n  delta_ms: fast\n")}, "clock.delta_ms: want an integer"},
+		{"Δ out of range", []string{"--clock.delta_ms", "60001"}, "clock.delta_ms: 60001 is outside 2..=60000"},
+		{"Δ 1", []string{"--clock.delta_ms", "1"}, "clock.delta_ms"},
+		{"cluster enabled", []string{"--config", writeConfig(t, "cluster:\n  enabled: true\n")}, "cluster.enabled: cluster mode is not available yet"},
+		{"agent configured", []string{"--clock.agent_addrs", "10.0.0.1:7970,10.0.0.2:7970"}, "clock.agent_addrs: clock agents are not supported by this build yet (agent support is wired in by issue 5)"},
+		{"bad api addr", []string{"--http", "nonsense"}, "api.addr"},
+		{"tls paths without enabled", []string{"--api.tls.cert_file", "/x.pem"}, "api.tls.enabled"},
+		{"missing config file", []string{"--config", "/nonexistent/ticketd.yaml"}, "no such file"},
+		{"positional", []string{"serve"}, "unexpected argument"},
+		{"unknown flag", []string{"--nope"}, "flag provided but not defined"},
+		{"log level", []string{"--log.level", "loud"}, "log.level"},
+		{"empty name", []string{"--cluster.name", ""}, "cluster.name"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, _, errs := runCmd(t, c.args...)
+			if code != 2 || !strings.Contains(errs, c.msg) {
+				t.Fatalf("exit %d, stderr %q; want 2 with %q", code, errs, c.msg)
+			}
+		})
+	}
+}
+
+func TestHelpExit0(t *testing.T) {
+	code, _, errs := runCmd(t, "-h")
+	if code != 0 || !strings.Contains(errs, "usage: ticketd") || !strings.Contains(errs, "-clock.delta_ms") {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if strings.Contains(errs, "secret_key") || strings.Contains(errs, "identity_key ") {
+		t.Fatal("a flag for an inline secret exists")
+	}
+}
