@@ -218,8 +218,9 @@ func NTPServerAddr(s string) (string, error) {
 	}
 	host, port, err := net.SplitHostPort(s)
 	if err != nil {
-		if strings.Contains(err.Error(), "missing port") {
-			host, port = strings.Trim(s, "[]"), "123"
+		bare := strings.Trim(s, "[]")
+		if _, perr := netip.ParseAddr(bare); perr == nil || !strings.Contains(s, ":") {
+			host, port = bare, "123" // a bare IPv6 address or a host without port
 		} else {
 			return "", fmt.Errorf("%q is not HOST[:PORT]: %v", s, err)
 		}
