@@ -1,0 +1,143 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tckclk/tckclk/node/api"
+	"github.com/tckclk/tckclk/node/api/client"
+)
+
+type printer struct {
+	out  io.Writer
+	json bool
+	now  func() time.Time
+}
+
+func (p printer) table() *tabwriter.Writer {
+	return tabwriter.NewWriter(p.out, 0, 4, 2, ' ', 0)
+}
+
+// wall shows a Unix ms instant in UTC with how far it is from now.
+func (p printer) wall(ms uint64) string {
+	t := time.UnixMilli(int64(ms)).UTC()
+	d := t.Sub(p.now()).Round(100 * time.Millisecond)
+	rel := "in " + d.String()
+	if d < 0 {
+		rel = (-d).String() + " ago"
+	}
+	return t.Format("2006-01-02T15:04:05.000Z") + " (" + rel + ")"
+}
+
+func (p printer) lease(l *client.Lease) {
+	if p.json {
+		printJSON(p.out, l.Grant)
+		return
+	}
+	w := p.table()
+	fmt.Fprintf(w, "ticket\t%s\n", l.Name)
+	fmt.Fprintf(w, "holder\t%s\n", l.Holder)
+	fmt.Fprintf(w, "token\t%d\n", l.Token)
+	fmt.Fprintf(w, "lease\t%ds\n", l.LeaseS)
+	fmt.Fprintf(w, "valid before\t%s  conservative, leader's clock\n", p.wall(l.ConservativeValidBeforeUnixMs))
+	left := l.Deadline.Sub(p.now()).Round(time.Millisecond)
+	fmt.Fprintf(w, "local deadline\tin %s  send time + %d ms × (1 − 500 ppm): trust the token until then\n", left, l.RemainingMs)
+	w.Flush()
+}
+
+func (p printer) released(r *api.Released) {
+	if p.json {
+		printJSON(p.out, r)
+		return
+	}
+	fmt.Fprintf(p.out, "released %s (holder %s, token %d)\n", r.Name, r.Holder, r.Token)
+}
+
+func (p printer) tickets(ts []api.Ticket, truncated bool, raw any) {
+	if p.json {
+		printJSON(p.out, raw)
+		return
+	}
+	if len(ts) == 0 {
+		fmt.Fprintln(p.out, "no tickets")
+		return
+	}
+	w := p.table()
+	fmt.Fprintln(w, "NAME\tHOLDER\tTOKEN\tLEASE\tVALID BEFORE (conservative)\tSERVER EXPIRY (not a client deadline)")
+	for _, t := range ts {
+		fmt.Fprintf(w, "%s\t%s\t%d\t%ds\t%s\t%s\n", t.Name, t.Holder, t.Token, t.LeaseS,
+			p.wall(t.ConservativeValidBeforeUnixMs), p.wall(t.ServerExpiryUnixMs))
+	}
+	w.Flush()
+	if truncated {
+		fmt.Fprintf(p.out, "(more tickets match: narrow --prefix or raise --limit)\n")
+	}
+}
+
+func (p printer) status(s *api.Status) {
+	if p.json {
+		printJSON(p.out, s)
+		return
+	}
+	w := p.table()
+	ready := "no"
+	if s.Ready {
+		ready = "yes"
+	}
+	row := func(k, v string) { fmt.Fprintf(w, "%s\t%s\n", k, v) }
+	row("node", s.NodeID+" ("+s.Mode+")")
+	row("role", s.Role)
+	row("leader", s.Leader)
+	row("ready", ready+", stage "+s.Stage+reasonSuffix(s.Reason))
+	row("Δ", strconv.FormatUint(s.DeltaMs, 10)+" ms")
+	row("tickets", strconv.Itoa(s.TicketsActive))
+	row("raft", fmt.Sprintf("term %d, last index %d, commit %d, applied %d, snapshot %d",
+		s.Raft.Term, s.Raft.LastIndex, s.Raft.CommitIndex, s.Raft.AppliedIndex, s.Raft.LastSnapshotIndex))
+	clock := s.Clock.Source + ", stage " + s.Clock.Stage
+	if s.Clock.Healthy {
+		clock += ", healthy"
+	} else {
+		clock += ", UNHEALTHY"
+	}
+	if s.Clock.BoundMs > 0 {
+		clock += fmt.Sprintf(", bound %d ms", s.Clock.BoundMs)
+	}
+	if s.Clock.LastSampleUnixMs > 0 {
+		clock += ", last sample " + p.wall(s.Clock.LastSampleUnixMs)
+	}
+	if s.Clock.DevReference {
+		clock += ", DEVELOPMENT REFERENCE"
+	}
+	row("clock", clock+reasonSuffix(s.Clock.Reason))
+	if s.HoldOffUntilUnixMs > 0 {
+		row("hold-off", "Grant and Expire refused until "+p.wall(s.HoldOffUntilUnixMs))
+	}
+	w.Flush()
+}
+
+func reasonSuffix(r string) string {
+	if r == "" {
+		return ""
+	}
+	return " (" + r + ")"
+}
+
+func (p printer) members(m *api.Members) {
+	if p.json {
+		printJSON(p.out, m)
+		return
+	}
+	w := p.table()
+	fmt.Fprintln(w, "ID\tADDRESS\tSUFFRAGE\tLEADER")
+	for _, x := range m.Members {
+		leader := ""
+		if x.Leader {
+			leader = "*"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", x.ID, x.Address, x.Suffrage, leader)
+	}
+	w.Flush()
+}
