@@ -41,8 +41,8 @@ global flags (anywhere on the line):
 
 type globals struct {
 	addr, tokenFile, adminTokenFile, caFile, certFile, keyFile string
-	json                                                         bool
-	timeout                                                      time.Duration
+	json                                                       bool
+	timeout                                                    time.Duration
 }
 
 func (g *globals) bind(fs *flag.FlagSet) {
@@ -315,4 +315,3 @@ func printJSON(w io.Writer, v any) {
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
 }
-
