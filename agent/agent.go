@@ -12,6 +12,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -165,6 +166,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 	}
+	a.warnFileLimit()
 	a.sampler.Start()
 	defer a.sampler.Close()
 	errs := make(chan error, 2)
@@ -199,6 +201,19 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	return runErr
+}
+
+// warnFileLimit says when max_conns cannot be reached: past the descriptor
+// limit accept fails (and backs off) before the cap closes anything.
+func (a *Agent) warnFileLimit() {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return
+	}
+	if need := uint64(a.cfg.MaxConns) + 64; rl.Cur < need {
+		a.log.Warn("RLIMIT_NOFILE is below max_conns + 64: raise LimitNOFILE (systemd) or ulimit -n, or lower max_conns",
+			"nofile", rl.Cur, "max_conns", a.cfg.MaxConns)
+	}
 }
 
 // Status is the /v1/status document (SPEC §2.3).

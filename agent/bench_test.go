@@ -1,0 +1,488 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tckclk/tckclk/protocol"
+)
+
+// Issue item 7: the agent against a bare TCP server measured in the same run.
+//
+//	go test -run '^$' -bench 'AgentVsBare|Slowloris' -benchtime 1x ./agent/
+//
+// Both benchmarks print a table; targets: agent throughput ≥ 0.8× the bare
+// server, p99 ≤ 2× the bare p99; under 10,000 silent connections the other
+// clients' p99 ≤ 2× the agent's normal p99, RSS growth ≤ 64 MiB, every
+// silent connection closed after the read timeout.
+
+// bareServer is the floor: it reads up to the first LF and answers one
+// fixed, pre-signed line, without parsing or signing anything.
+type bareServer struct {
+	ln   net.Listener
+	line []byte
+	wg   sync.WaitGroup
+}
+
+func startBare(tb testing.TB, line []byte) *bareServer {
+	lc := net.ListenConfig{KeepAlive: -1}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := &bareServer{ln: ln, line: line}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				defer c.Close()
+				var buf [protocol.MaxLine + 1]byte
+				n := 0
+				for n < len(buf) {
+					m, err := c.Read(buf[n:])
+					if m > 0 && slices.Contains(buf[n:n+m], '\n') {
+						c.Write(s.line)
+						return
+					}
+					n += m
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	tb.Cleanup(func() { ln.Close(); s.wg.Wait() })
+	return s
+}
+
+// loadResult is one load phase.
+type loadResult struct {
+	n       int
+	errs    int
+	elapsed time.Duration
+	lat     []time.Duration
+}
+
+func (r loadResult) rate() float64 { return float64(r.n) / r.elapsed.Seconds() }
+
+func (r loadResult) pct(p float64) time.Duration {
+	if len(r.lat) == 0 {
+		return 0
+	}
+	s := slices.Clone(r.lat)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+// load runs `workers` clients doing full exchanges (connect, request, read
+// the line, wait for EOF, parse, verify) for d. With fixedNonce the server is
+// the bare one: its line carries a fixed nonce, so the nonce echo is not
+// compared but the same parse and MAC verification run.
+func load(addr string, keys protocol.KeyRing, workers int, d time.Duration, bare bool) loadResult {
+	var mu sync.Mutex
+	res := loadResult{}
+	stop := time.Now().Add(d)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lat := make([]time.Duration, 0, 4096)
+			errs := 0
+			lr := protocol.NewLineReader(nil)
+			var req []byte
+			for time.Now().Before(stop) {
+				t0 := time.Now()
+				nonce, _ := protocol.NewNonce()
+				req = protocol.AppendRequest(req[:0], protocol.Request{Nonce: nonce})
+				err := func() error {
+					c, err := net.Dial("tcp", addr)
+					if err != nil {
+						return err
+					}
+					defer c.Close()
+					c.SetDeadline(t0.Add(5 * time.Second))
+					if _, err := c.Write(req); err != nil {
+						return err
+					}
+					lr.Reset(c)
+					line, err := lr.ReadLine()
+					if err != nil {
+						return err
+					}
+					if err := lr.ExpectEOF(); err != nil {
+						return err
+					}
+					if bare {
+						r, err := protocol.ParseResponseAny(line)
+						if err == nil {
+							err = keys.Verify(&r)
+						}
+						return err
+					}
+					_, err = protocol.ParseVerify(line, nonce, keys)
+					return err
+				}()
+				if err != nil {
+					errs++
+					continue
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			mu.Lock()
+			res.lat = append(res.lat, lat...)
+			res.n += len(lat)
+			res.errs += errs
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	return res
+}
+
+func merge(rs []loadResult) loadResult {
+	var m loadResult
+	for _, r := range rs {
+		m.n += r.n
+		m.errs += r.errs
+		m.elapsed += r.elapsed
+		m.lat = append(m.lat, r.lat...)
+	}
+	return m
+}
+
+func benchAgent(b *testing.B, cfg Config) *running {
+	b.Helper()
+	return startAgent(b, cfg, Options{Logger: quietLogger()})
+}
+
+// BenchmarkAgentVsBare: throughput and p99 of full exchanges against the
+// agent and against the bare server, interleaved in rounds so machine noise
+// hits both alike.
+func BenchmarkAgentVsBare(b *testing.B) {
+	cfg := devConfig(b)
+	r := benchAgent(b, cfg)
+	keys := devKeys()
+	// The bare line is a valid response signed under the dev key for a fixed
+	// nonce: clients parse and verify it exactly as the agent's.
+	fixed := protocol.Response{Nonce: protocol.Nonce{1}, ReferenceUnixMs: uint64(time.Now().UnixMilli()), UncertaintyMs: 2, Synced: true, SourceAgeMs: 5}
+	keys[0].Sign(&fixed)
+	bare := startBare(b, protocol.EncodeResponse(&fixed))
+	const workers, rounds, phase = 8, 12, 600 * time.Millisecond
+	// Warm up both.
+	load(r.Addr().String(), keys, workers, 300*time.Millisecond, false)
+	load(bare.ln.Addr().String(), keys, workers, 300*time.Millisecond, true)
+	var ag, br []loadResult
+	b.ResetTimer()
+	for i := range rounds {
+		// Alternate which goes first: a slow spell hits both alike.
+		if i%2 == 0 {
+			ag = append(ag, load(r.Addr().String(), keys, workers, phase, false))
+			br = append(br, load(bare.ln.Addr().String(), keys, workers, phase, true))
+		} else {
+			br = append(br, load(bare.ln.Addr().String(), keys, workers, phase, true))
+			ag = append(ag, load(r.Addr().String(), keys, workers, phase, false))
+		}
+	}
+	b.StopTimer()
+	a, f := merge(ag), merge(br)
+	thr := a.rate() / f.rate()
+	p99 := float64(a.pct(0.99)) / float64(f.pct(0.99))
+	var thrRounds, p99Rounds []float64
+	for i := range ag {
+		thrRounds = append(thrRounds, ag[i].rate()/br[i].rate())
+		p99Rounds = append(p99Rounds, float64(ag[i].pct(0.99))/float64(br[i].pct(0.99)))
+	}
+	slices.Sort(thrRounds)
+	slices.Sort(p99Rounds)
+	fmt.Printf("\nagent vs bare TCP server, %d concurrent clients, %d rounds × %v each, loopback, GOMAXPROCS=%d\n", workers, rounds, phase, runtime.GOMAXPROCS(0))
+	fmt.Printf("%-8s %12s %10s %10s %10s %7s\n", "server", "exchanges/s", "p50", "p99", "p99.9", "errors")
+	for _, x := range []struct {
+		name string
+		r    loadResult
+	}{{"agent", a}, {"bare", f}} {
+		fmt.Printf("%-8s %12.0f %10v %10v %10v %7d\n", x.name, x.r.rate(), x.r.pct(0.5).Round(time.Microsecond), x.r.pct(0.99).Round(time.Microsecond), x.r.pct(0.999).Round(time.Microsecond), x.r.errs)
+	}
+	fmt.Printf("ratio (pooled)           throughput %.2f× (target ≥ 0.80)   p99 %.2f× (target ≤ 2.00)\n", thr, p99)
+	fmt.Printf("ratio (median of rounds) throughput %.2f×                   p99 %.2f×\n", thrRounds[len(thrRounds)/2], p99Rounds[len(p99Rounds)/2])
+	for i := range ag {
+		fmt.Printf("  round %2d: agent %6.0f/s p99 %9v | bare %6.0f/s p99 %9v\n", i+1, ag[i].rate(), ag[i].pct(0.99).Round(time.Microsecond), br[i].rate(), br[i].pct(0.99).Round(time.Microsecond))
+	}
+	b.ReportMetric(thr, "throughput-ratio")
+	b.ReportMetric(p99, "p99-ratio")
+	b.ReportMetric(a.rate(), "agent-exch/s")
+	b.ReportMetric(f.rate(), "bare-exch/s")
+	if a.errs > 0 {
+		b.Errorf("%d agent exchanges failed", a.errs)
+	}
+}
+
+// rssBytes is this process's resident set (VmRSS).
+func rssBytes() int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return -1
+}
+
+// holderEnv starts TestSlowlorisHolder in a child process: it opens COUNT
+// silent connections to ADDR and holds them (the child has its own file
+// descriptor limit; the agent under test keeps its own).
+const holderEnv = "TCKCLK_SLOWLORIS_HOLDER"
+
+// BenchmarkSlowloris: 10,000 silent connections held open against the
+// agent; the other clients' p99, RSS growth, and that every silent
+// connection is closed by the agent after its read timeout.
+func BenchmarkSlowloris(b *testing.B) {
+	for _, tc := range []struct {
+		name      string
+		readMs    uint64
+		reconnect bool
+	}{
+		// All 10,000 held at once for the whole window: the longest read
+		// timeout the agent allows.
+		{"held-10s", 10000, false},
+		// The default 2 s read timeout with the attacker re-opening every
+		// closed connection, keeping 10,000 open.
+		{"reopened-2s", DefaultReadTimeoutMs, true},
+	} {
+		b.Run(tc.name, func(b *testing.B) { slowloris(b, tc.readMs, tc.reconnect) })
+	}
+}
+
+func slowloris(b *testing.B, readMs uint64, reconnect bool) {
+	const silent, workers = 10000, 8
+	// The agent under test holds `silent` sockets in this process: raise the
+	// soft limit (Go already raises it to the hard limit at start-up).
+	var rl syscall.Rlimit
+	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl)
+	if need := uint64(silent + 1024); rl.Cur < need {
+		rl.Cur = min(rl.Max, need)
+		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
+		if rl.Cur < need {
+			b.Fatalf("RLIMIT_NOFILE hard limit %d is below the %d descriptors this benchmark needs (raise it: ulimit -Hn)", rl.Max, need)
+		}
+	}
+	cfg := devConfig(b)
+	cfg.ReadTimeoutMs = readMs
+	r := benchAgent(b, cfg)
+	addr := r.Addr().String()
+	keys := devKeys()
+	load(addr, keys, workers, 500*time.Millisecond, false) // warm-up
+	runtime.GC()
+	normal := load(addr, keys, workers, 3*time.Second, false)
+	rss0 := rssBytes()
+
+	window := 5 * time.Second
+	holdFor := time.Duration(0)
+	if reconnect {
+		holdFor = window + 2*time.Second
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSlowlorisHolder$", "-test.v")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d,%d", holderEnv, addr, silent, holdFor.Milliseconds()))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "holder ") {
+				lines <- sc.Text()
+			}
+		}
+		close(lines)
+	}()
+	next := func(what string, within time.Duration) string {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				b.Fatalf("holder exited before %s", what)
+			}
+			return l
+		case <-time.After(within):
+			b.Fatalf("holder: no %s within %v", what, within)
+		}
+		return ""
+	}
+	opened := next("open report", 60*time.Second)
+	openAt := time.Now()
+	held := r.server.OpenConns()
+	var peak atomic.Int64
+	peak.Store(rss0)
+	stopRSS := make(chan struct{})
+	rssDone := make(chan struct{})
+	go func() {
+		defer close(rssDone)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopRSS:
+				return
+			case <-t.C:
+				if v := rssBytes(); v > peak.Load() {
+					peak.Store(v)
+				}
+			}
+		}
+	}()
+	if !reconnect {
+		window = min(window, time.Duration(readMs)*time.Millisecond-time.Since(openAt)-time.Second)
+	}
+	attacked := load(addr, keys, workers, window, false)
+	heldAfter := r.server.OpenConns()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	memLine := fmt.Sprintf("go memory with %d connections held: stacks %d MiB, heap in use %d MiB, goroutines %d, runtime total (Sys) %d MiB",
+		heldAfter, ms.StackInuse>>20, ms.HeapInuse>>20, runtime.NumGoroutine(), ms.Sys>>20)
+	close(stopRSS)
+	<-rssDone
+	closed := next("closed report", time.Duration(readMs)*time.Millisecond+60*time.Second)
+	cmd.Wait()
+
+	growth := peak.Load() - rss0
+	p99Ratio := float64(attacked.pct(0.99)) / float64(normal.pct(0.99))
+	mode := "held"
+	if reconnect {
+		mode = "re-opened as the agent closes them"
+	}
+	fmt.Printf("\nslowloris: %d silent connections (%s), read_timeout %d ms, %d other clients\n", silent, mode, readMs, workers)
+	fmt.Printf("  %s\n  %s\n", opened, closed)
+	fmt.Printf("  agent held %d connections when the window began, %d when it ended\n  %s\n", held, heldAfter, memLine)
+	fmt.Printf("%-10s %12s %10s %10s %7s\n", "phase", "exchanges/s", "p50", "p99", "errors")
+	fmt.Printf("%-10s %12.0f %10v %10v %7d\n", "normal", normal.rate(), normal.pct(0.5).Round(time.Microsecond), normal.pct(0.99).Round(time.Microsecond), normal.errs)
+	fmt.Printf("%-10s %12.0f %10v %10v %7d\n", "attacked", attacked.rate(), attacked.pct(0.5).Round(time.Microsecond), attacked.pct(0.99).Round(time.Microsecond), attacked.errs)
+	fmt.Printf("p99 under attack %.2f× normal (target ≤ 2.00); RSS %d MiB → peak %d MiB, growth %.1f MiB (target ≤ 64)\n",
+		p99Ratio, rss0>>20, peak.Load()>>20, float64(growth)/(1<<20))
+	b.ReportMetric(p99Ratio, "p99-attacked/normal")
+	b.ReportMetric(float64(growth)/(1<<20), "rss-growth-MiB")
+	if attacked.errs > 0 {
+		b.Errorf("%d exchanges of other clients failed under the attack", attacked.errs)
+	}
+	if !strings.Contains(closed, " unclosed=0 ") {
+		b.Errorf("silent connections not closed by the agent: %s", closed)
+	}
+}
+
+// TestSlowlorisHolder is the child process of BenchmarkSlowloris; it does
+// nothing unless started by it.
+func TestSlowlorisHolder(t *testing.T) {
+	spec, ok := os.LookupEnv(holderEnv)
+	if !ok {
+		t.Skip("child process of BenchmarkSlowloris only")
+	}
+	parts := strings.Split(spec, ",")
+	addr := parts[0]
+	count, _ := strconv.Atoi(parts[1])
+	holdMs, _ := strconv.Atoi(parts[2])
+	var rl syscall.Rlimit
+	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl)
+	if rl.Cur < uint64(count)+256 {
+		rl.Cur = min(rl.Max, uint64(count)+1024)
+		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
+	}
+	var (
+		mu        sync.Mutex
+		lifetimes []time.Duration
+		unclosed  int
+		dialErrs  atomic.Int64
+		opens     atomic.Int64
+	)
+	reopenUntil := time.Now().Add(time.Duration(holdMs) * time.Millisecond)
+	var wg sync.WaitGroup
+	// holdOne keeps one silent connection and, in reconnect mode, opens a
+	// new one whenever the agent closes it.
+	holdOne := func(c net.Conn) {
+		defer wg.Done()
+		for {
+			start := time.Now()
+			c.SetReadDeadline(start.Add(15 * time.Second))
+			_, err := io.Copy(io.Discard, c) // the agent sends nothing and closes
+			life := time.Since(start)
+			c.Close()
+			mu.Lock()
+			if err != nil {
+				unclosed++ // our deadline, not the agent's close
+			} else {
+				lifetimes = append(lifetimes, life)
+			}
+			mu.Unlock()
+			if time.Now().After(reopenUntil) {
+				return
+			}
+			var derr error
+			if c, derr = net.Dial("tcp", addr); derr != nil {
+				dialErrs.Add(1)
+				return
+			}
+			opens.Add(1)
+		}
+	}
+	sem := make(chan struct{}, 64)
+	var dialWG sync.WaitGroup
+	for range count {
+		sem <- struct{}{}
+		dialWG.Add(1)
+		go func() {
+			defer func() { <-sem; dialWG.Done() }()
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				dialErrs.Add(1)
+				return
+			}
+			opens.Add(1)
+			wg.Add(1)
+			go holdOne(c)
+		}()
+	}
+	dialWG.Wait()
+	fmt.Printf("holder opened=%d dial_errors=%d\n", opens.Load(), dialErrs.Load())
+	wg.Wait()
+	mu.Lock()
+	slices.Sort(lifetimes)
+	var p50, p99, maxL time.Duration
+	if n := len(lifetimes); n > 0 {
+		p50, p99, maxL = lifetimes[n/2], lifetimes[min(n-1, n*99/100)], lifetimes[n-1]
+	}
+	fmt.Printf("holder closed_by_agent=%d unclosed=%d total_opened=%d lifetime p50=%v p99=%v max=%v\n",
+		len(lifetimes), unclosed, opens.Load(), p50.Round(time.Millisecond), p99.Round(time.Millisecond), maxL.Round(time.Millisecond))
+	mu.Unlock()
+}
