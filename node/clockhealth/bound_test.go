@@ -2,6 +2,7 @@ package clockhealth_test
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -258,4 +259,40 @@ func TestCheckDoesNotAllocate(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { _ = hs.mon.Check() }); n != 0 {
 		t.Fatalf("Check after FAILED allocates %v times per call", n)
 	}
+}
+
+// stallingWall simulates a thread descheduled right after reading the wall
+// clock: the next stalls reads are each followed by 600 ms passing.
+type stallingWall struct {
+	clk    *clockhealthtest.Clock
+	stalls atomic.Int64
+}
+
+func (s *stallingWall) Now() time.Time {
+	t := s.clk.Now()
+	if s.stalls.Add(-1) >= 0 {
+		s.clk.Advance(600 * time.Millisecond)
+	}
+	return t
+}
+
+// SPEC §3.2: "the 1 ms absorbs the gap between reading the two clocks" only
+// if that gap is small. A stall between the wall and the monotonic read
+// must not look like a step: the read is retried while the bracket is wide.
+// A real step is still caught through the same wall clock.
+func TestStalledClockReadIsNotAStep(t *testing.T) {
+	sw := &stallingWall{}
+	hs := checked(t, func(o *clockhealth.Options) {
+		sw.clk = o.Wall.(*clockhealthtest.Clock)
+		o.Wall = sw
+	})
+	sw.stalls.Store(3)
+	if err := hs.mon.Check(); err != nil {
+		t.Fatalf("a stalled read failed the clock: %v", err)
+	}
+	if st := hs.mon.Status(); st.BoundMs > 6 {
+		t.Fatalf("a stalled read grew the bound to %d ms", st.BoundMs)
+	}
+	hs.clk.StepWall(300 * time.Millisecond)
+	hs.wantFailed(hs.mon.Check(), protocol.ReasonStep)
 }

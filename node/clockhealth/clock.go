@@ -29,26 +29,18 @@ type Ticker interface {
 // TickerFunc makes the Ticker of one loop. name is "probe" or "watchdog".
 type TickerFunc func(name string, d time.Duration) Ticker
 
-// SystemClock is the real wall and monotonic clock. One time.Now() gives
-// both readings, so an evaluation reads the hardware clock once.
+// SystemClock is the real wall and monotonic clock.
 type SystemClock struct{ epoch time.Time }
 
 // NewSystemClock returns the real clock; its monotonic origin is now.
 func NewSystemClock() *SystemClock { return &SystemClock{epoch: time.Now()} }
 
-// Now returns the wall time (with Go's monotonic reading attached).
+// Now returns the wall time.
 func (c *SystemClock) Now() time.Time { return time.Now() }
 
-// NowNs returns monotonic nanoseconds since the clock was made.
+// NowNs returns monotonic nanoseconds since the clock was made (one
+// monotonic read, no wall read).
 func (c *SystemClock) NowNs() int64 { return int64(time.Since(c.epoch)) }
-
-// both reads wall and monotonic time from one clock reading.
-func (c *SystemClock) both() (wallNs, monoNs int64) {
-	t := time.Now()
-	return t.UnixNano(), int64(t.Sub(c.epoch))
-}
-
-type bothClock interface{ both() (int64, int64) }
 
 type systemTicker struct{ t *time.Ticker }
 

@@ -21,7 +21,10 @@
 //   - FAILED is a latch: the first failure wins, nothing clears it.
 //   - Every evaluation (Check, Status, Ready, the watchdog, a new sample)
 //     reads both clocks under one mutex, so "between two evaluations"
-//     (rollback) compares readings in the order they were taken.
+//     (rollback) compares readings in the order they were taken. A wall
+//     read is bracketed by two monotonic reads and retried while the bracket
+//     is wider than 100 µs, so a thread descheduled between the reads (seen
+//     on this loaded 2-core host: 280–600 ms) never looks like a step.
 //   - Time is injected (WallClock, MonoClock, TickerFunc, Dialer); the logic
 //     calls no time.Now. Check does not allocate on its healthy path.
 //

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"strings"
 	"sync"
@@ -63,7 +64,6 @@ type Monitor struct {
 	keys       protocol.KeyRing
 	wall       WallClock
 	mono       MonoClock
-	both       bothClock
 	dialer     Dialer
 	rand       io.Reader
 	newTicker  TickerFunc
@@ -146,9 +146,6 @@ func New(opts Options) (*Monitor, error) {
 	case m.wall == nil || m.mono == nil:
 		return nil, errors.New("clockhealth: Options.Wall and Options.Mono are set together or not at all")
 	}
-	if b, ok := m.wall.(bothClock); ok && any(m.wall) == any(m.mono) {
-		m.both = b
-	}
 	if m.dialer == nil {
 		m.dialer = &net.Dialer{}
 	}
@@ -207,11 +204,31 @@ func New(opts Options) (*Monitor, error) {
 // Config returns the normalized configuration in force.
 func (m *Monitor) Config() Config { return m.cfg }
 
+// Reading the clocks: a wall reading is paired with the monotonic time
+// taken just around it. If the thread is descheduled between the two reads
+// (a loaded host can stall it for hundreds of ms), the pair would differ by
+// the stall and look like a wall step of that size. So the wall read is
+// bracketed by two monotonic reads and retried while the bracket is wider
+// than maxReadGapNs; the monotonic value is the bracket's midpoint.
+const (
+	maxReadGapNs = 100_000 // 100 µs: far below the 1 ms step allowance
+	readAttempts = 8
+)
+
 func (m *Monitor) readClocks() (wallNs, monoNs int64) {
-	if m.both != nil {
-		return m.both.both()
+	best := int64(math.MaxInt64)
+	for range readAttempts {
+		ma := m.mono.NowNs()
+		w := m.wall.Now().UnixNano()
+		mb := m.mono.NowNs()
+		if gap := mb - ma; gap < best {
+			best, wallNs, monoNs = gap, w, ma+gap/2
+		}
+		if best <= maxReadGapNs {
+			break
+		}
 	}
-	return m.wall.Now().UnixNano(), m.mono.NowNs()
+	return wallNs, monoNs
 }
 
 // Start runs the prober (one round per probe interval, the first at once)
