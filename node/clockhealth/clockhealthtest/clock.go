@@ -66,8 +66,8 @@ func (t *Ticker) C() <-chan time.Time { return t.c }
 // Stop marks the ticker stopped.
 func (t *Ticker) Stop() { t.stopped.Store(true) }
 
-// New is the TickerFunc (pass ts.New as Options.NewTicker; it matches
-// clockhealth.TickerFunc once wrapped, see Func).
+// New makes the named manual ticker. Wrap it for Options.NewTicker:
+// func(n string, d time.Duration) clockhealth.Ticker { return ts.New(n, d) }.
 func (ts *Tickers) New(name string, d time.Duration) *Ticker {
 	t := &Ticker{c: make(chan time.Time), Period: d}
 	ts.mu.Lock()
