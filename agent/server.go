@@ -122,6 +122,18 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 }
 
+// ServeConn runs one exchange on c in the calling goroutine, closes c and
+// returns the result label (for in-process use and fuzzing: neither the cap
+// nor Shutdown covers it).
+func (s *Server) ServeConn(c net.Conn) string {
+	st := s.lrPool.Get().(*connState)
+	result := s.exchange(c, st, s.clock.Now())
+	c.Close()
+	st.lr.Reset(nil)
+	s.lrPool.Put(st)
+	return result
+}
+
 func (s *Server) handle(c net.Conn) {
 	start := s.clock.Now()
 	st := s.lrPool.Get().(*connState)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -276,5 +277,146 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return")
+	}
+}
+
+// SPEC §1.4 / §2.3: SIGHUP reloads the secret without dropping requests in
+// flight; a bad secret file keeps the previous secret.
+func TestSecretReloadUnderLoad(t *testing.T) {
+	cfg := devConfig(t)
+	r := startAgent(t, cfg, Options{})
+	addr := r.Addr().String()
+	next := []byte("the-next-secret-for-rotation-0123456789abcdef")
+	both := protocol.KeyRing{protocol.NewKey(protocol.DevKey(testSecret)), protocol.NewKey(protocol.DevKey(next))}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var fails []error
+	n := 0
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, err := exchange(addr, both, 2*time.Second)
+				mu.Lock()
+				n++
+				if err != nil {
+					fails = append(fails, err)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := range 20 {
+		b := testSecret
+		if i%2 == 0 {
+			b = next
+		}
+		if err := os.WriteFile(cfg.SecretFile, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.ReloadSecret(); err != nil {
+			t.Fatalf("reload %d: %v", i, err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if len(fails) > 0 {
+		t.Fatalf("%d of %d exchanges failed during reloads: %v", len(fails), n, fails[0])
+	}
+	t.Logf("%d exchanges during 20 reloads, none failed", n)
+	// Ends on testSecret (i=19 odd). A bad file: error, old key stays.
+	if err := os.Chmod(cfg.SecretFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ReloadSecret(); err == nil || !strings.Contains(err.Error(), "0644") {
+		t.Fatalf("reload of a group-readable file: %v", err)
+	}
+	if _, err := exchange(addr, devKeys(), 2*time.Second); err != nil {
+		t.Fatalf("after a failed reload the previous secret must stay: %v", err)
+	}
+	if v, _ := metricValue(t, r, `tckclk_agent_secret_reloads_total{result="error"}`); v != "1" {
+		t.Fatalf("reload errors counted %q", v)
+	}
+}
+
+// SPEC §2.3 /metrics: requests by result, a latency histogram, per-source
+// offset, uncertainty, age, healthy, and synced.
+func TestMetricsExposeTheState(t *testing.T) {
+	r := startAgent(t, devConfig(t), Options{})
+	if _, err := exchange(r.Addr().String(), devKeys(), 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, series := range []string{
+		`tckclk_agent_requests_total{result="synced"}`,
+		`tckclk_agent_answer_duration_seconds_count`,
+		`tckclk_agent_synced`,
+		`tckclk_agent_uncertainty_ms`,
+		`tckclk_agent_source_healthy{source="dev"}`,
+		`tckclk_agent_source_selected{source="dev"}`,
+		`tckclk_agent_source_offset_seconds{source="dev"}`,
+		`tckclk_agent_source_uncertainty_ms{source="dev"}`,
+		`tckclk_agent_source_age_seconds{source="dev"}`,
+		`tckclk_agent_source_polls_total{result="ok",source="dev"}`,
+		`tckclk_agent_connections_open`,
+	} {
+		if _, ok := metricValue(t, r, series); !ok {
+			t.Errorf("no %s in /metrics", series)
+		}
+	}
+	if v, _ := metricValue(t, r, "tckclk_agent_synced"); v != "1" {
+		t.Errorf("synced %q", v)
+	}
+	if code, body := httpGet(t, "http://"+r.HTTPAddr().String()+"/livez"); code != 200 || body != "ok\n" {
+		t.Errorf("/livez %d %q", code, body)
+	}
+}
+
+// The request path on arbitrary bytes: answered iff ParseRequest accepts the
+// bytes before the first LF, with exactly one line echoing the nonce.
+func TestServeConnAnswersOnlyValid(t *testing.T) {
+	r := startAgent(t, devConfig(t), Options{})
+	n, _ := protocol.NewNonce()
+	good := protocol.EncodeRequest(protocol.Request{Nonce: n})
+	for _, in := range [][]byte{good, append(good, "junk"...), []byte("TCKCLK 2 x\n"), {}, bytes.Repeat([]byte("A"), 400), []byte("\n"), append([]byte{0}, good...)} {
+		cli, srv := net.Pipe()
+		done := make(chan string, 1)
+		go func() { done <- r.server.ServeConn(srv) }()
+		go func() {
+			cli.Write(in)
+		}()
+		cli.SetReadDeadline(time.Now().Add(3 * time.Second))
+		var out bytes.Buffer
+		buf := make([]byte, 512)
+		for {
+			k, err := cli.Read(buf)
+			out.Write(buf[:k])
+			if err != nil {
+				break
+			}
+		}
+		res := <-done
+		cli.Close()
+		line, _, _ := bytes.Cut(in, []byte("\n"))
+		_, perr := protocol.ParseRequest(line)
+		valid := perr == nil && bytes.Contains(in, []byte("\n"))
+		if valid != (out.Len() > 0) {
+			t.Errorf("%q: valid=%v but answered %q (result %s)", in, valid, out.Bytes(), res)
+		}
+		if valid {
+			got := bytes.TrimSuffix(out.Bytes(), []byte("\n"))
+			if bytes.Contains(got, []byte("\n")) {
+				t.Errorf("%q: more than one line", in)
+			}
+			if _, err := protocol.ParseVerify(got, n, devKeys()); err != nil {
+				t.Errorf("%q: %v", in, err)
+			}
+		}
 	}
 }
