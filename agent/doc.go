@@ -22,13 +22,19 @@
 // underlying measurement already had at At. At a later local instant now:
 //
 //	age            = A0 + (now − At)                                (monotonic)
-//	uncertainty_ms = ceil_ms(B) + ceil_ms(max_drift_ppm × age)      (never 0 when synced)
+//	step           = |Δwall − Δmono| since At                       (a step of the local clock)
+//	uncertainty_ms = ceil_ms(B) + ceil_ms(max_drift_ppm × age) + ceil_ms(step)   (never 0 when synced)
 //	reference_ms   = floor_ms(now + offset)
 //	source_age_ms  = ceil_ms(age)
 //
 // Every term is rounded up on its own, so the sum is at least the exact
 // bound rounded up; max_drift_ppm defaults to 50 (ClockBound's advice with
-// chrony's maxclockerror 50). A sample is usable while age ≤
+// chrony's maxclockerror 50). The drift term assumes that between the
+// measurement and now nothing slews the local clock faster than
+// max_drift_ppm: true for chrony and kernel (the daemon's own correction is
+// in B), and for ntp and ptp on a free-running clock; where another daemon
+// disciplines the clock, prefer the chrony source or raise max_drift_ppm.
+// Steps are caught by the step term. A sample is usable while age ≤
 // max_source_age_ms; otherwise the agent answers synced=0. The base B of
 // each source:
 //

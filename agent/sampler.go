@@ -188,28 +188,37 @@ type view struct {
 
 // evaluate applies SPEC §2.1 to one source's state at now:
 //
-//	age = sample.Age + (now − sample.At)
-//	u   = ceil_ms(sample.Uncertainty) + ceil_ms(max_drift_ppm × age)   (≥ 1)
-//	R   = floor_ms(now + sample.Offset)
+//	age  = sample.Age + (now − sample.At)                      (monotonic)
+//	step = |Δwall − Δmono| since sample.At                     (the local clock was stepped)
+//	u    = ceil_ms(sample.Uncertainty) + ceil_ms(max_drift_ppm × age) + ceil_ms(step)   (≥ 1)
+//	R    = floor_ms(now + sample.Offset)
 func (s *Sampler) evaluate(now time.Time, st *pollState) view {
 	if !st.have {
 		return view{}
 	}
-	sm := &st.sample
-	since := now.Sub(sm.At)
+	// now.Sub is monotonic when both readings carry one; the wall clock
+	// difference alone is now.UnixNano() − At.UnixNano().
+	return s.evalAt(&st.sample, now.UnixNano(), now.Sub(st.sample.At))
+}
+
+// evalAt is evaluate's arithmetic for a wall reading nowNs and a monotonic
+// span since the sample.
+func (s *Sampler) evalAt(sm *source.Sample, nowNs int64, since time.Duration) view {
 	if since < 0 {
 		since = 0 // a wall clock stepped back under a manual clock; never a negative age
 	}
+	step := protocol.AbsDiff(nowNs-sm.At.UnixNano(), int64(since))
 	ageNs := satAddNs(sm.Age, since)
 	v := view{have: true}
 	v.ageMs = protocol.CeilMs(ageNs)
 	drift := protocol.DriftMs(s.ppm, ageNs)
 	v.uMs, _ = protocol.AddSat(protocol.CeilMs(uint64(sm.Uncertainty)), drift)
+	v.uMs, _ = protocol.AddSat(v.uMs, protocol.CeilMs(step))
 	if v.uMs == 0 {
 		v.uMs = 1
 	}
-	ref := now.UnixNano() + int64(sm.Offset)
-	if (sm.Offset > 0 && ref < now.UnixNano()) || ref < 0 {
+	ref := nowNs + int64(sm.Offset)
+	if (sm.Offset > 0 && ref < nowNs) || ref < 0 {
 		return v // overflow or before 1970: nonsense, never synced
 	}
 	v.refMs, v.refOK = uint64(ref)/1e6, true

@@ -223,3 +223,21 @@ func TestSamplerLoopsStartAndStop(t *testing.T) {
 		t.Fatal("not synced after polls")
 	}
 }
+
+// A step of the local wall clock since the sample (Δwall ≠ Δmono) is added
+// to the bound: a held offset no longer describes the stepped clock.
+func TestSelectAddsLocalSteps(t *testing.T) {
+	s := newTestSampler(t, &manualClock{now: t0}, time.Hour, 50)
+	sm := &source.Sample{At: t0, Uncertainty: time.Millisecond, Offset: 2 * time.Millisecond}
+	// 1 s later on both clocks: 1 + drift 1.
+	if v := s.evalAt(sm, t0.Add(time.Second).UnixNano(), time.Second); v.uMs != 2 || v.refMs != uint64(t0.Add(time.Second).UnixMilli())+2 {
+		t.Fatalf("unstepped: %+v", v)
+	}
+	// The wall clock was stepped back 300 ms (or forward) during that second.
+	for _, d := range []time.Duration{-300 * time.Millisecond, 300 * time.Millisecond} {
+		v := s.evalAt(sm, t0.Add(time.Second+d).UnixNano(), time.Second)
+		if v.uMs != 2+300 || !v.usable {
+			t.Fatalf("stepped %v: %+v, want the step in the bound", d, v)
+		}
+	}
+}

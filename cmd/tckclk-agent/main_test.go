@@ -220,3 +220,18 @@ func freePort(t *testing.T) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// A runtime failure (the port is taken) exits 1, not 2.
+func TestExitOneWhenThePortIsTaken(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	sec := writeFile(t, "s", secretBytes, 0o600)
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"--dev", "--listen", l.Addr().String(), "--http", "127.0.0.1:0", "--secret-file", sec}, &out, &errb, envOf(nil))
+	if code != 1 || !strings.Contains(errb.String(), "address already in use") {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+}
