@@ -296,3 +296,15 @@ func TestOtherNodeNameRefused(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// Two nodes on one data dir: the second refuses (bolt's file lock) instead
+// of waiting forever or sharing the log.
+func TestDataDirLocked(t *testing.T) {
+	dir := t.TempDir()
+	startNode(t, testConfig(t, dir), Deps{})
+	_, err := tryStart(t, testConfig(t, dir), Deps{}, true)
+	var de *DataError
+	if !errors.As(err, &de) || !strings.Contains(err.Error(), "locked by another process") {
+		t.Fatalf("got %v", err)
+	}
+}

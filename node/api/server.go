@@ -499,10 +499,20 @@ func (s *server) fail(w http.ResponseWriter, err error) string {
 	return e.Code
 }
 
+var (
+	jsonType = []string{"application/json"}
+	noStore  = []string{"no-store"}
+)
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"internal","message":"encoding the answer failed"}`)
+	}
+	h := w.Header()
+	h["Content-Type"] = jsonType
+	h["Cache-Control"] = noStore
+	h["Content-Length"] = []string{strconv.Itoa(len(b) + 1)}
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	_ = enc.Encode(v)
+	_, _ = w.Write(append(b, '\n'))
 }

@@ -143,19 +143,20 @@ func (c *Client) lease(ctx context.Context, name, action string, body any) (*Lea
 	if err != nil {
 		return nil, err
 	}
-	var g api.Grant
-	var presence struct {
+	// remaining_ms may be absent (another server): then the SPEC's lease.
+	var g struct {
+		api.Grant
 		RemainingMs *uint64 `json:"remaining_ms"`
 	}
 	if err := json.Unmarshal(raw, &g); err != nil {
 		return nil, fmt.Errorf("client: %s answer: %w", action, err)
 	}
-	_ = json.Unmarshal(raw, &presence)
 	remaining := uint64(g.LeaseS) * 1000
-	if presence.RemainingMs != nil {
-		remaining = min(remaining, *presence.RemainingMs)
+	if g.RemainingMs != nil {
+		remaining = min(remaining, *g.RemainingMs)
+		g.Grant.RemainingMs = *g.RemainingMs
 	}
-	return &Lease{Grant: g, SentAt: sent, Deadline: LocalDeadline(sent, remaining)}, nil
+	return &Lease{Grant: g.Grant, SentAt: sent, Deadline: LocalDeadline(sent, remaining)}, nil
 }
 
 // Release frees the ticket.

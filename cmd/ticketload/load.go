@@ -1,0 +1,412 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tckclk/tckclk/internal/secret"
+	"github.com/tckclk/tckclk/node/api/client"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+)
+
+// cycler does one lock cycle (acquire + release) for client i.
+type cycler interface {
+	cycle(ctx context.Context, i int) error
+	close()
+}
+
+// ticketdCycler: Grant + Release on the client's own name.
+type ticketdCycler struct {
+	c  *client.Client
+	tr *http.Transport
+}
+
+func newTicketd(url string, clients int) (*ticketdCycler, error) {
+	tr := &http.Transport{MaxIdleConns: clients * 2, MaxIdleConnsPerHost: clients * 2, MaxConnsPerHost: clients * 2}
+	c, err := client.New(url, client.WithHTTPClient(&http.Client{Transport: tr, Timeout: 30 * time.Second}))
+	if err != nil {
+		return nil, err
+	}
+	return &ticketdCycler{c: c, tr: tr}, nil
+}
+
+func (t *ticketdCycler) cycle(ctx context.Context, i int) error {
+	name, holder := fmt.Sprintf("bench-c%03d", i), fmt.Sprintf("client-%03d", i)
+	l, err := t.c.Grant(ctx, name, holder, 30)
+	if err != nil {
+		return err
+	}
+	_, err = t.c.Release(ctx, name, holder, l.Token)
+	return err
+}
+
+func (t *ticketdCycler) close() { t.tr.CloseIdleConnections() }
+
+// ready waits until /readyz answers 200.
+func (t *ticketdCycler) ready(ctx context.Context, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		_, err := t.c.Ready(ctx)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("ticketd not ready after %v: %w", wait, err)
+		}
+		time.Sleep(5 * time.Millisecond) // readiness poll with a deadline
+	}
+}
+
+// etcdCycler: the concurrency package's lock — one session (lease, kept
+// alive) per client; per cycle TryLock (txn put-if-absent with the lease)
+// and Unlock (delete).
+type etcdCycler struct {
+	cli      *clientv3.Client
+	sessions []*concurrency.Session
+	mutexes  []*concurrency.Mutex
+}
+
+func newEtcd(ctx context.Context, endpoint string, clients int, wait time.Duration) (*etcdCycler, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, err
+	}
+	e := &etcdCycler{cli: cli}
+	deadline := time.Now().Add(wait)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := cli.Get(pctx, "/bench/ready-probe")
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			cli.Close()
+			return nil, fmt.Errorf("etcd not ready after %v: %w", wait, err)
+		}
+	}
+	for i := range clients {
+		s, err := concurrency.NewSession(cli, concurrency.WithTTL(60), concurrency.WithContext(ctx))
+		if err != nil {
+			e.close()
+			return nil, fmt.Errorf("etcd session: %w", err)
+		}
+		e.sessions = append(e.sessions, s)
+		e.mutexes = append(e.mutexes, concurrency.NewMutex(s, fmt.Sprintf("/bench/c%03d", i)))
+	}
+	return e, nil
+}
+
+func (e *etcdCycler) cycle(ctx context.Context, i int) error {
+	m := e.mutexes[i]
+	if err := m.TryLock(ctx); err != nil {
+		return err
+	}
+	return m.Unlock(ctx)
+}
+
+func (e *etcdCycler) close() {
+	for _, s := range e.sessions {
+		s.Close()
+	}
+	e.cli.Close()
+}
+
+// result of one measured run.
+type result struct {
+	Target      string  `json:"target"`
+	Round       int     `json:"round"`
+	Clients     int     `json:"clients"`
+	Cycles      int     `json:"cycles"`
+	Errors      int64   `json:"errors"`
+	Seconds     float64 `json:"seconds"`
+	CyclesPerS  float64 `json:"cycles_per_s"`
+	P50Ms       float64 `json:"p50_ms"`
+	P99Ms       float64 `json:"p99_ms"`
+	FirstError  string  `json:"first_error,omitempty"`
+	MaxMs       float64 `json:"max_ms"`
+	MeanMs      float64 `json:"mean_ms"`
+	measurement []time.Duration
+}
+
+// measure runs clients in a closed loop for warmup (unrecorded) then d.
+func measure(ctx context.Context, target string, c cycler, clients int, warmup, d time.Duration) result {
+	var recording atomic.Bool
+	var errs atomic.Int64
+	var firstErr atomic.Pointer[string]
+	lats := make([][]time.Duration, clients)
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				start := time.Now()
+				err := c.cycle(ctx, i)
+				took := time.Since(start)
+				if !recording.Load() {
+					continue
+				}
+				if err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					if errs.Add(1) == 1 {
+						s := err.Error()
+						firstErr.Store(&s)
+					}
+					continue
+				}
+				lats[i] = append(lats[i], took)
+			}
+		}()
+	}
+	time.Sleep(warmup) // load generator pacing, not synchronisation
+	recording.Store(true)
+	start := time.Now()
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+	recording.Store(false)
+	elapsed := time.Since(start)
+	cancel()
+	wg.Wait()
+	var all []time.Duration
+	for _, l := range lats {
+		all = append(all, l...)
+	}
+	slices.Sort(all)
+	r := result{Target: target, Clients: clients, Cycles: len(all), Errors: errs.Load(), Seconds: elapsed.Seconds(), measurement: all}
+	if p := firstErr.Load(); p != nil {
+		r.FirstError = *p
+	}
+	r.CyclesPerS = float64(len(all)) / elapsed.Seconds()
+	if len(all) > 0 {
+		r.P50Ms = ms(all[len(all)*50/100])
+		r.P99Ms = ms(all[min(len(all)-1, len(all)*99/100)])
+		r.MaxMs = ms(all[len(all)-1])
+		var sum time.Duration
+		for _, x := range all {
+			sum += x
+		}
+		r.MeanMs = ms(sum / time.Duration(len(all)))
+	}
+	return r
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func compare(ctx context.Context, o options, out io.Writer) error {
+	td, err := newTicketd(o.ticketd, o.clients)
+	if err != nil {
+		return err
+	}
+	defer td.close()
+	if err := td.ready(ctx, o.wait); err != nil {
+		return err
+	}
+	type target struct {
+		name string
+		c    cycler
+	}
+	targets := []target{{"ticketd", td}}
+	if o.etcd != "" {
+		ed, err := newEtcd(ctx, o.etcd, o.clients, o.wait)
+		if err != nil {
+			return err
+		}
+		defer ed.close()
+		targets = []target{{"etcd", ed}, {"ticketd", td}}
+	}
+	var results []result
+	for round := 1; round <= o.rounds; round++ {
+		for _, t := range targets {
+			r := measure(ctx, t.name, t.c, o.clients, o.warmup, o.duration)
+			r.Round = round
+			results = append(results, r)
+			if o.jsonOut {
+				printJSON(out, r)
+			} else {
+				fmt.Fprintf(out, "round %d %-8s %6d cycles in %5.1fs  %8.1f cycles/s  p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  errors %d %s\n",
+					round, t.name, r.Cycles, r.Seconds, r.CyclesPerS, r.P50Ms, r.P99Ms, r.MaxMs, r.Errors, r.FirstError)
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+	}
+	if o.etcd == "" {
+		return nil
+	}
+	// Pool every round per target, then compare.
+	pooled := map[string]result{}
+	for _, name := range []string{"etcd", "ticketd"} {
+		var all []time.Duration
+		var secs float64
+		var errs int64
+		for _, r := range results {
+			if r.Target == name {
+				all = append(all, r.measurement...)
+				secs += r.Seconds
+				errs += r.Errors
+			}
+		}
+		sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+		p := result{Target: name, Clients: o.clients, Cycles: len(all), Seconds: secs, Errors: errs}
+		if len(all) > 0 {
+			p.CyclesPerS = float64(len(all)) / secs
+			p.P50Ms = ms(all[len(all)*50/100])
+			p.P99Ms = ms(all[min(len(all)-1, len(all)*99/100)])
+			p.MaxMs = ms(all[len(all)-1])
+		}
+		pooled[name] = p
+	}
+	e, t := pooled["etcd"], pooled["ticketd"]
+	if e.Cycles == 0 || t.Cycles == 0 {
+		return fmt.Errorf("no completed cycles (etcd %d, ticketd %d): %s %s", e.Cycles, t.Cycles, firstErrOf(results, "etcd"), firstErrOf(results, "ticketd"))
+	}
+	summary := map[string]any{
+		"clients": o.clients, "rounds": o.rounds, "seconds_per_round": o.duration.Seconds(),
+		"etcd_cycles_per_s": e.CyclesPerS, "etcd_p50_ms": e.P50Ms, "etcd_p99_ms": e.P99Ms,
+		"ticketd_cycles_per_s": t.CyclesPerS, "ticketd_p50_ms": t.P50Ms, "ticketd_p99_ms": t.P99Ms,
+		"throughput_ratio": t.CyclesPerS / e.CyclesPerS, "p50_ratio": t.P50Ms / e.P50Ms, "p99_ratio": t.P99Ms / e.P99Ms,
+		"target_throughput_met": t.CyclesPerS >= e.CyclesPerS, "target_p99_met": t.P99Ms <= e.P99Ms,
+		"errors": e.Errors + t.Errors,
+	}
+	if o.jsonOut {
+		printJSON(out, summary)
+		return nil
+	}
+	fmt.Fprintf(out, "\npooled over %d rounds × %v, %d clients each:\n", o.rounds, o.duration, o.clients)
+	fmt.Fprintf(out, "  etcd     %8.1f cycles/s  p50 %7.2f ms  p99 %7.2f ms\n", e.CyclesPerS, e.P50Ms, e.P99Ms)
+	fmt.Fprintf(out, "  ticketd  %8.1f cycles/s  p50 %7.2f ms  p99 %7.2f ms\n", t.CyclesPerS, t.P50Ms, t.P99Ms)
+	fmt.Fprintf(out, "  ratio ticketd/etcd: throughput %.2f× (target ≥ 1.0: %s), p50 %.2f×, p99 %.2f× (target ≤ 1.0: %s)\n",
+		t.CyclesPerS/e.CyclesPerS, met(t.CyclesPerS >= e.CyclesPerS), t.P50Ms/e.P50Ms, t.P99Ms/e.P99Ms, met(t.P99Ms <= e.P99Ms))
+	return nil
+}
+
+func met(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "MISSED"
+}
+
+func firstErrOf(rs []result, target string) string {
+	for _, r := range rs {
+		if r.Target == target && r.FirstError != "" {
+			return target + ": " + r.FirstError
+		}
+	}
+	return ""
+}
+
+// fill grants o.fill distinct tickets with lease 250 s.
+func fill(ctx context.Context, o options, out io.Writer) error {
+	td, err := newTicketd(o.ticketd, o.clients)
+	if err != nil {
+		return err
+	}
+	defer td.close()
+	if err := td.ready(ctx, o.wait); err != nil {
+		return err
+	}
+	var next atomic.Int64
+	var errs atomic.Int64
+	var firstErr atomic.Pointer[string]
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range o.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				i := next.Add(1) - 1
+				if i >= int64(o.fill) {
+					return
+				}
+				name := fmt.Sprintf("fill-%08d", i)
+				if _, err := td.c.Grant(ctx, name, "filler", 250); err != nil {
+					if errs.Add(1) == 1 {
+						s := err.Error()
+						firstErr.Store(&s)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	r := map[string]any{"granted": int64(o.fill) - errs.Load(), "errors": errs.Load(), "seconds": took.Seconds(),
+		"grants_per_s": float64(int64(o.fill)-errs.Load()) / took.Seconds()}
+	if p := firstErr.Load(); p != nil {
+		r["first_error"] = *p
+	}
+	if o.jsonOut {
+		printJSON(out, r)
+	} else {
+		fmt.Fprintf(out, "filled %d tickets in %.1fs (%.0f grants/s), %d errors\n", r["granted"], took.Seconds(), r["grants_per_s"], errs.Load())
+	}
+	if errs.Load() > 0 {
+		return fmt.Errorf("%d grants failed, first: %s", errs.Load(), *firstErr.Load())
+	}
+	return ctx.Err()
+}
+
+// awaitReady prints how long ticketd took to answer /readyz 200.
+func awaitReady(ctx context.Context, o options, out io.Writer) error {
+	td, err := newTicketd(o.ticketd, 1)
+	if err != nil {
+		return err
+	}
+	defer td.close()
+	start := time.Now()
+	if err := td.ready(ctx, o.wait); err != nil {
+		return err
+	}
+	took := time.Since(start)
+	if o.jsonOut {
+		printJSON(out, map[string]any{"ready_after_ms": took.Milliseconds()})
+	} else {
+		fmt.Fprintf(out, "ready after %v\n", took.Round(time.Millisecond))
+	}
+	return nil
+}
+
+// snapshot asks ticketd for a Raft snapshot and prints what it took.
+func snapshot(ctx context.Context, o options, out io.Writer) error {
+	if o.adminToken == "" {
+		return fmt.Errorf("-snapshot needs -admin-token-file")
+	}
+	tok, err := secret.ReadFileRaw(o.adminToken)
+	if err != nil {
+		return err
+	}
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	c, err := client.New(o.ticketd, client.WithAdminToken(string(tok)), client.WithHTTPClient(&http.Client{Transport: tr, Timeout: 10 * time.Minute}))
+	if err != nil {
+		return err
+	}
+	s, err := c.Snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	if o.jsonOut {
+		printJSON(out, s)
+	} else {
+		fmt.Fprintf(out, "snapshot %s: index %d, %d tickets, %d bytes, took %d ms\n", s.ID, s.Index, s.Tickets, s.SizeBytes, s.DurationMs)
+	}
+	return nil
+}
