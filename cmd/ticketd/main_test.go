@@ -87,3 +87,11 @@ func TestHelpExit0(t *testing.T) {
 		t.Fatal("a flag for an inline secret exists")
 	}
 }
+
+// The shipped example configuration is valid as it stands.
+func TestDeployExampleConfig(t *testing.T) {
+	code, out, errs := runCmd(t, "--config", "../../deploy/ticketd/ticketd.yaml", "--print-config")
+	if code != 0 || !strings.Contains(out, "data_dir: /var/lib/ticketd") || !strings.Contains(out, "delta_ms: 500") {
+		t.Fatalf("exit %d: %s\n%s", code, errs, out)
+	}
+}
