@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -186,22 +185,29 @@ func measure(ctx context.Context, target string, c cycler, clients int, warmup, 
 	for _, l := range lats {
 		all = append(all, l...)
 	}
-	slices.Sort(all)
-	r := result{Target: target, Clients: clients, Cycles: len(all), Errors: errs.Load(), Seconds: elapsed.Seconds(), measurement: all}
+	r := summarize(target, clients, all, elapsed.Seconds(), errs.Load())
 	if p := firstErr.Load(); p != nil {
 		r.FirstError = *p
 	}
-	r.CyclesPerS = float64(len(all)) / elapsed.Seconds()
-	if len(all) > 0 {
-		r.P50Ms = ms(all[len(all)*50/100])
-		r.P99Ms = ms(all[min(len(all)-1, len(all)*99/100)])
-		r.MaxMs = ms(all[len(all)-1])
-		var sum time.Duration
-		for _, x := range all {
-			sum += x
-		}
-		r.MeanMs = ms(sum / time.Duration(len(all)))
+	return r
+}
+
+// summarize sorts the cycle latencies and computes the figures.
+func summarize(target string, clients int, all []time.Duration, secs float64, errs int64) result {
+	slices.Sort(all)
+	r := result{Target: target, Clients: clients, Cycles: len(all), Errors: errs, Seconds: secs, measurement: all}
+	if len(all) == 0 {
+		return r
 	}
+	r.CyclesPerS = float64(len(all)) / secs
+	r.P50Ms = ms(all[len(all)*50/100])
+	r.P99Ms = ms(all[min(len(all)-1, len(all)*99/100)])
+	r.MaxMs = ms(all[len(all)-1])
+	var sum time.Duration
+	for _, x := range all {
+		sum += x
+	}
+	r.MeanMs = ms(sum / time.Duration(len(all)))
 	return r
 }
 
@@ -262,15 +268,7 @@ func compare(ctx context.Context, o options, out io.Writer) error {
 				errs += r.Errors
 			}
 		}
-		sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-		p := result{Target: name, Clients: o.clients, Cycles: len(all), Seconds: secs, Errors: errs}
-		if len(all) > 0 {
-			p.CyclesPerS = float64(len(all)) / secs
-			p.P50Ms = ms(all[len(all)*50/100])
-			p.P99Ms = ms(all[min(len(all)-1, len(all)*99/100)])
-			p.MaxMs = ms(all[len(all)-1])
-		}
-		pooled[name] = p
+		pooled[name] = summarize(name, o.clients, all, secs, errs)
 	}
 	e, t := pooled["etcd"], pooled["ticketd"]
 	if e.Cycles == 0 || t.Cycles == 0 {

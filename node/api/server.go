@@ -135,27 +135,29 @@ const (
 	rSnapshot
 )
 
+type endpoint struct {
+	r      route
+	method string
+}
+
+// fixed are the endpoints without a ticket name in the path.
+var fixed = map[string]endpoint{
+	"/livez":                          {rLivez, http.MethodGet},
+	"/readyz":                         {rReadyz, http.MethodGet},
+	"/metrics":                        {rMetrics, http.MethodGet},
+	"/v1/status":                      {rStatus, http.MethodGet},
+	"/v1/tickets":                     {rList, http.MethodGet},
+	"/v1/tickets/":                    {rList, http.MethodGet},
+	"/v1/cluster/members":             {rMembers, http.MethodGet},
+	"/v1/cluster/transfer-leadership": {rTransfer, http.MethodPost},
+	"/v1/cluster/remove":              {rRemove, http.MethodPost},
+	"/v1/cluster/snapshot":            {rSnapshot, http.MethodPost},
+}
+
 // match returns the route, its method and the ticket name in the path.
 func match(path string) (route, string, string) {
-	switch path {
-	case "/livez":
-		return rLivez, http.MethodGet, ""
-	case "/readyz":
-		return rReadyz, http.MethodGet, ""
-	case "/metrics":
-		return rMetrics, http.MethodGet, ""
-	case "/v1/status":
-		return rStatus, http.MethodGet, ""
-	case "/v1/tickets", "/v1/tickets/":
-		return rList, http.MethodGet, ""
-	case "/v1/cluster/members":
-		return rMembers, http.MethodGet, ""
-	case "/v1/cluster/transfer-leadership":
-		return rTransfer, http.MethodPost, ""
-	case "/v1/cluster/remove":
-		return rRemove, http.MethodPost, ""
-	case "/v1/cluster/snapshot":
-		return rSnapshot, http.MethodPost, ""
+	if e, ok := fixed[path]; ok {
+		return e.r, e.method, ""
 	}
 	rest, ok := strings.CutPrefix(path, "/v1/tickets/")
 	if !ok {

@@ -161,22 +161,12 @@ func (c *Client) lease(ctx context.Context, name, action string, body any) (*Lea
 
 // Release frees the ticket.
 func (c *Client) Release(ctx context.Context, name, holder string, token uint64) (*api.Released, error) {
-	raw, err := c.do(ctx, http.MethodPost, ticketPath(name, "release"), api.ReleaseRequest{Holder: holder, Token: token}, false)
-	if err != nil {
-		return nil, err
-	}
-	var r api.Released
-	return &r, decode(raw, &r)
+	return call[api.Released](ctx, c, http.MethodPost, ticketPath(name, "release"), api.ReleaseRequest{Holder: holder, Token: token}, false)
 }
 
 // Get reads one ticket (linearizable); ErrNotFound when nobody holds it.
 func (c *Client) Get(ctx context.Context, name string) (*api.Ticket, error) {
-	raw, err := c.do(ctx, http.MethodGet, ticketPath(name, ""), nil, false)
-	if err != nil {
-		return nil, err
-	}
-	var t api.Ticket
-	return &t, decode(raw, &t)
+	return call[api.Ticket](ctx, c, http.MethodGet, ticketPath(name, ""), nil, false)
 }
 
 // List reads tickets whose names start with prefix (limit 0: the server's
@@ -193,22 +183,12 @@ func (c *Client) List(ctx context.Context, prefix string, limit int) (*api.Ticke
 	if len(q) > 0 {
 		p += "?" + q.Encode()
 	}
-	raw, err := c.do(ctx, http.MethodGet, p, nil, false)
-	if err != nil {
-		return nil, err
-	}
-	var l api.TicketList
-	return &l, decode(raw, &l)
+	return call[api.TicketList](ctx, c, http.MethodGet, p, nil, false)
 }
 
 // Status reads /v1/status.
 func (c *Client) Status(ctx context.Context) (*api.Status, error) {
-	raw, err := c.do(ctx, http.MethodGet, "/v1/status", nil, false)
-	if err != nil {
-		return nil, err
-	}
-	var s api.Status
-	return &s, decode(raw, &s)
+	return call[api.Status](ctx, c, http.MethodGet, "/v1/status", nil, false)
 }
 
 // Ready reads /readyz; a node that is not ready answers an *Error (503)
@@ -225,17 +205,15 @@ func (c *Client) Ready(ctx context.Context) (*api.Health, error) {
 		return nil, err
 	}
 	var h api.Health
-	return &h, decode(raw, &h)
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return nil, fmt.Errorf("client: decoding /readyz: %w", err)
+	}
+	return &h, nil
 }
 
 // Members lists the cluster members (admin token).
 func (c *Client) Members(ctx context.Context) (*api.Members, error) {
-	raw, err := c.do(ctx, http.MethodGet, "/v1/cluster/members", nil, true)
-	if err != nil {
-		return nil, err
-	}
-	var m api.Members
-	return &m, decode(raw, &m)
+	return call[api.Members](ctx, c, http.MethodGet, "/v1/cluster/members", nil, true)
 }
 
 func ticketPath(name, action string) string {
@@ -246,11 +224,17 @@ func ticketPath(name, action string) string {
 	return p
 }
 
-func decode(raw []byte, v any) error {
-	if err := json.Unmarshal(raw, v); err != nil {
-		return fmt.Errorf("client: decoding the answer: %w", err)
+// call does one request and decodes a 2xx answer into a T.
+func call[T any](ctx context.Context, c *Client, method, path string, body any, admin bool) (*T, error) {
+	raw, err := c.do(ctx, method, path, body, admin)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	v := new(T)
+	if err := json.Unmarshal(raw, v); err != nil {
+		return nil, fmt.Errorf("client: decoding the answer of %s %s: %w", method, path, err)
+	}
+	return v, nil
 }
 
 // maxAnswer bounds what the client reads from a server.
@@ -302,10 +286,5 @@ func (c *Client) do(ctx context.Context, method, path string, body any, admin bo
 
 // Snapshot asks the node to take a Raft snapshot now (admin token).
 func (c *Client) Snapshot(ctx context.Context) (*api.SnapshotInfo, error) {
-	raw, err := c.do(ctx, http.MethodPost, "/v1/cluster/snapshot", nil, true)
-	if err != nil {
-		return nil, err
-	}
-	var s api.SnapshotInfo
-	return &s, decode(raw, &s)
+	return call[api.SnapshotInfo](ctx, c, http.MethodPost, "/v1/cluster/snapshot", nil, true)
 }
