@@ -7,7 +7,10 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tckclk/tckclk/protocol"
 )
@@ -126,57 +129,88 @@ func (s *Server) Serve(ln net.Listener) error {
 // returns the result label (for in-process use and fuzzing: neither the cap
 // nor Shutdown covers it).
 func (s *Server) ServeConn(c net.Conn) string {
-	st := s.lrPool.Get().(*connState)
-	result := s.exchange(c, st, s.clock.Now())
+	result := s.exchange(c, s.clock.Now())
 	c.Close()
-	st.lr.Reset(nil)
-	s.lrPool.Put(st)
 	return result
 }
 
 func (s *Server) handle(c net.Conn) {
 	start := s.clock.Now()
-	st := s.lrPool.Get().(*connState)
-	result := s.exchange(c, st, start)
+	result := s.exchange(c, start)
 	c.Close()
-	st.lr.Reset(nil)
-	s.lrPool.Put(st)
 	s.open.Add(-1)
 	s.obs.Exchange(result, s.clock.Now().Sub(start))
 	s.wg.Done()
 }
 
 // exchange reads one line, answers it if valid and returns the result label.
-func (s *Server) exchange(c net.Conn, st *connState, start time.Time) string {
+func (s *Server) exchange(c net.Conn, start time.Time) string {
 	if err := c.SetReadDeadline(start.Add(s.cfg.ReadTimeout)); err != nil {
 		return string(protocol.ReasonIO)
 	}
+	// A silent connection holds no buffer, only its goroutine: the line
+	// buffer is taken once bytes (or the EOF) can be read.
+	if err := waitReadable(c); err != nil {
+		return reasonOf(err)
+	}
+	st := s.lrPool.Get().(*connState)
+	defer func() {
+		st.lr.Reset(nil)
+		s.lrPool.Put(st)
+	}()
 	st.lr.Reset(c)
 	line, err := st.lr.ReadLine()
-	if err == nil {
-		var req protocol.Request
-		if req, err = protocol.ParseRequest(line); err == nil {
-			// Bytes after the LF (st.lr.Extra) are never answered: one
-			// exchange per connection.
-			resp := s.ans.Answer(req.Nonce)
-			out := protocol.AppendResponse(st.out[:0], &resp)
-			if err = c.SetWriteDeadline(s.clock.Now().Add(s.cfg.WriteTimeout)); err == nil {
-				_, err = c.Write(out)
-			}
-			if err != nil {
-				return string(protocol.ReasonIO)
-			}
-			if resp.Synced {
-				return ResultSynced
-			}
-			return ResultUnsynced
-		}
+	if err != nil {
+		return reasonOf(err)
 	}
-	r, ok := protocol.ReasonOf(err)
+	req, err := protocol.ParseRequest(line)
+	if err != nil {
+		return reasonOf(err)
+	}
+	// Bytes after the LF (st.lr.Extra) are never answered: one exchange
+	// per connection.
+	resp := s.ans.Answer(req.Nonce)
+	out := protocol.AppendResponse(st.out[:0], &resp)
+	if err = c.SetWriteDeadline(s.clock.Now().Add(s.cfg.WriteTimeout)); err == nil {
+		_, err = c.Write(out)
+	}
+	if err != nil {
+		return string(protocol.ReasonIO)
+	}
+	if resp.Synced {
+		return ResultSynced
+	}
+	return ResultUnsynced
+}
+
+// reasonOf is the SPEC §1.5 reason of a failed read or parse.
+func reasonOf(err error) string {
+	if r, ok := protocol.ReasonOf(err); ok {
+		return string(r)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return string(protocol.ReasonTimeout)
+	}
+	return string(protocol.ReasonIO)
+}
+
+// waitReadable parks until c has bytes or an EOF to read, or its read
+// deadline passes, without a read buffer (MSG_PEEK of one byte).
+func waitReadable(c net.Conn) error {
+	sc, ok := c.(syscall.Conn)
 	if !ok {
-		r = protocol.ReasonIO
+		return nil // not a socket (tests' pipes): read directly
 	}
-	return string(r)
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var peek [1]byte
+	return rc.Read(func(fd uintptr) bool {
+		_, _, err := unix.Recvfrom(int(fd), peek[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		return err != unix.EAGAIN && err != unix.EINTR
+	})
 }
 
 // Shutdown stops accepting, lets every held connection finish its exchange
