@@ -41,7 +41,7 @@ start() {
     --log.level info >>"$tmp/ticketd.log" 2>&1 &
   pid=$!
 }
-rss() { awk '/VmRSS/ {printf "%.0f MiB", $2/1024}' "/proc/$pid/status"; }
+rss() { awk '/VmRSS/ {r=$2} /RssAnon/ {a=$2} /RssFile/ {f=$2} END {printf "%.0f MiB (anon %.0f, file-backed %.0f)", r/1024, a/1024, f/1024}' "/proc/$pid/status"; }
 hwm() { awk '/VmHWM/ {printf "%.0f MiB", $2/1024}' "/proc/$pid/status"; }
 active() { "$tmp/ticketctl" --addr "$url" status --json | awk -F'[:,]' '/"tickets_active"/ {gsub(/ /, "", $2); print $2}'; }
 
