@@ -56,7 +56,7 @@ type Node struct {
 	expiry  time.Duration
 
 	fsm     *ticket.FSM
-	rp      *raftParts
+	parts   atomic.Pointer[raftParts] // nil until Raft is open; HTTP handlers read it concurrently
 	notify  chan bool
 	metrics *api.Metrics
 
@@ -164,7 +164,7 @@ func RunWith(ctx context.Context, cfg Config, deps Deps) (err error) {
 		n.ready.Set(StageFailed, err.Error())
 		return err
 	}
-	n.rp = rp
+	n.parts.Store(rp)
 	n.ready.Set(StageRaft, "waiting for leadership")
 
 	lctx, stop := context.WithCancel(ctx)
@@ -189,6 +189,14 @@ func RunWith(ctx context.Context, cfg Config, deps Deps) (err error) {
 	return err
 }
 
+// raft returns the Raft instance, or nil before it is open.
+func (n *Node) raft() *raft.Raft {
+	if p := n.parts.Load(); p != nil {
+		return p.r
+	}
+	return nil
+}
+
 // fatalError names the file behind the FSM's fatal error.
 func (n *Node) fatalError() error {
 	err := n.fsm.Fatal()
@@ -196,7 +204,7 @@ func (n *Node) fatalError() error {
 	if errors.As(err, &re) {
 		return &DataError{File: "snapshot install into " + n.cfg.Cluster.Raft.DataDir, Err: err}
 	}
-	return &DataError{File: n.rp.dbPath, Err: err}
+	return &DataError{File: n.parts.Load().dbPath, Err: err}
 }
 
 func apiTLS(t *APITLSConfig) (*tls.Config, error) {
@@ -231,10 +239,11 @@ func (n *Node) registerMetrics(reg prometheus.Registerer) {
 			func() float64 { return float64(n.fsm.Len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "raft_state", Help: "0 follower, 1 candidate, 2 leader, 3 shutdown."},
 			func() float64 {
-				if n.rp == nil {
+				r := n.raft()
+				if r == nil {
 					return 0
 				}
-				switch n.rp.r.State() {
+				switch r.State() {
 				case raft.Candidate:
 					return 1
 				case raft.Leader:
@@ -246,10 +255,10 @@ func (n *Node) registerMetrics(reg prometheus.Registerer) {
 			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "raft_term", Help: "Current Raft term."},
 			func() float64 {
-				if n.rp == nil {
-					return 0
+				if r := n.raft(); r != nil {
+					return float64(r.CurrentTerm())
 				}
-				return float64(n.rp.r.CurrentTerm())
+				return 0
 			}),
 	)
 }
@@ -286,10 +295,10 @@ func (n *Node) leadership(ctx context.Context) {
 // lead commits a Barrier (so every earlier entry is applied), records Δ at
 // bootstrap, becomes ready and runs the expiry loop.
 func (n *Node) lead(ctx context.Context) {
-	term := n.rp.r.CurrentTerm()
+	term := n.raft().CurrentTerm()
 	n.ready.Set(StageReplay, "committing a barrier in term "+fmt.Sprint(term))
 	start := time.Now()
-	if err := n.rp.r.Barrier(0).Error(); err != nil {
+	if err := n.raft().Barrier(0).Error(); err != nil {
 		n.log.Warn("barrier failed", "term", term, "err", err)
 		return
 	}
@@ -311,14 +320,14 @@ func (n *Node) lead(ctx context.Context) {
 	}
 	n.barrierTerm.Store(term)
 	n.ready.Set(StageReady, "")
-	n.log.Info("leader ready", "term", term, "applied_index", n.rp.r.AppliedIndex(), "tickets", n.fsm.Len(),
+	n.log.Info("leader ready", "term", term, "applied_index", n.raft().AppliedIndex(), "tickets", n.fsm.Len(),
 		"delta_ms", n.fsm.Delta(), "replay", time.Since(start).Round(time.Millisecond))
 	n.expiryLoop(ctx)
 }
 
 // propose applies data through Raft and waits for the FSM's answer.
 func (n *Node) propose(data []byte) (ticket.Result, error) {
-	f := n.rp.r.Apply(data, 5*time.Second)
+	f := n.raft().Apply(data, 5*time.Second)
 	if err := f.Error(); err != nil {
 		switch {
 		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):

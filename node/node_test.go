@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,4 +73,30 @@ func TestSingleNodeRoundTripAndRestart(t *testing.T) {
 	if err != nil || g3.Token <= before.Tickets[0].Token || g3.Token <= before.Tickets[1].Token {
 		t.Fatalf("token after restart %+v %v", g3, err)
 	}
+}
+
+// Probes, status and metrics are served from the first moment, while Raft
+// opens and replays (run with -race: no data race with start-up).
+func TestEndpointsDuringStartup(t *testing.T) {
+	dir := t.TempDir()
+	seeded(t, dir, testConfig(t, dir), Deps{})
+	tn, err := tryStart(t, testConfig(t, dir), Deps{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sawNotReady := false
+	waitFor(t, "readiness", 20*time.Second, func() bool {
+		for _, p := range []string{"/livez", "/v1/status", "/metrics", "/v1/tickets/a", "/v1/tickets"} {
+			if a := do(t, tn, "GET", p, ""); a.status != 200 && a.status != 503 {
+				t.Fatalf("%s during start-up: %d %s", p, a.status, a.raw)
+			}
+		}
+		a := do(t, tn, "GET", "/readyz", "")
+		sawNotReady = sawNotReady || a.status == 503 && a.body.Error == "" && strings.Contains(a.raw, `"stage"`)
+		return a.status == 200
+	})
+	if got, err := tn.c.Get(bg, "a"); err != nil || got.Holder != "h" {
+		t.Fatalf("after start-up: %+v %v", got, err)
+	}
+	t.Logf("saw a not-ready stage: %v", sawNotReady)
 }

@@ -40,7 +40,8 @@ func (n *Node) serving() error {
 		}
 		return api.Unavailable(string(stage), reason, "the node is not ready (stage %s: %s)", stage, reason)
 	}
-	if n.rp.r.State() != raft.Leader || n.barrierTerm.Load() != n.rp.r.CurrentTerm() {
+	r := n.raft()
+	if r == nil || r.State() != raft.Leader || n.barrierTerm.Load() != r.CurrentTerm() {
 		return &api.Error{Status: http.StatusServiceUnavailable, Code: "not_leader", Stage: string(StageRaft), Message: "this node is not the leader of the current term"}
 	}
 	return nil
@@ -103,7 +104,7 @@ func (n *Node) readable() error {
 	if err := n.serving(); err != nil {
 		return err
 	}
-	if err := n.rp.r.VerifyLeader().Error(); err != nil {
+	if err := n.raft().VerifyLeader().Error(); err != nil {
 		return &api.Error{Status: http.StatusServiceUnavailable, Code: "not_leader", Stage: string(StageRaft), Message: "leadership not verified: " + err.Error()}
 	}
 	return nil
@@ -159,12 +160,12 @@ func (n *Node) Status(ctx context.Context) api.Status {
 	if !n.holdOff.IsZero() {
 		st.HoldOffUntilUnixMs, _ = ceilMs(n.holdOff)
 	}
-	if r := n.rp; r != nil {
-		st.Role = roleName(r.r.State())
-		_, leader := r.r.LeaderWithID()
+	if r := n.raft(); r != nil {
+		st.Role = roleName(r.State())
+		_, leader := r.LeaderWithID()
 		st.Leader = string(leader)
-		st.Raft = api.RaftStatus{Term: r.r.CurrentTerm(), LastIndex: r.r.LastIndex(), CommitIndex: r.r.CommitIndex(), AppliedIndex: r.r.AppliedIndex()}
-		st.Raft.LastSnapshotIndex, _ = strconv.ParseUint(r.r.Stats()["last_snapshot_index"], 10, 64)
+		st.Raft = api.RaftStatus{Term: r.CurrentTerm(), LastIndex: r.LastIndex(), CommitIndex: r.CommitIndex(), AppliedIndex: r.AppliedIndex()}
+		st.Raft.LastSnapshotIndex, _ = strconv.ParseUint(r.Stats()["last_snapshot_index"], 10, 64)
 	} else {
 		st.Role = "starting"
 	}
@@ -191,14 +192,15 @@ func roleName(s raft.RaftState) string {
 
 // Members lists the Raft configuration (admin, api.Backend).
 func (n *Node) Members(ctx context.Context) ([]api.Member, error) {
-	if n.rp == nil {
+	r := n.raft()
+	if r == nil {
 		return nil, api.Unavailable(string(StageStarting), "starting", "raft is not open yet")
 	}
-	f := n.rp.r.GetConfiguration()
+	f := r.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return nil, api.Unavailable("", "raft", "raft: %v", err)
 	}
-	_, leader := n.rp.r.LeaderWithID()
+	_, leader := r.LeaderWithID()
 	var out []api.Member
 	for _, s := range f.Configuration().Servers {
 		suff := "voter"
@@ -274,7 +276,7 @@ func (n *Node) expireDue(ctx context.Context, now time.Time) {
 			n.log.Error("encode expire", "err", err)
 			continue
 		}
-		futs = append(futs, n.rp.r.Apply(data, 5*time.Second))
+		futs = append(futs, n.raft().Apply(data, 5*time.Second))
 	}
 	for _, f := range futs {
 		result := "error"
@@ -296,7 +298,7 @@ func (n *Node) Snapshot(ctx context.Context) (api.SnapshotInfo, error) {
 	}
 	tickets := n.fsm.Len()
 	start := time.Now()
-	f := n.rp.r.Snapshot()
+	f := n.raft().Snapshot()
 	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNothingNewToSnapshot) {
 			return api.SnapshotInfo{}, &api.Error{Status: http.StatusConflict, Code: "nothing_new", Message: "nothing new to snapshot since the last one"}
