@@ -232,6 +232,12 @@ func TestAPITokens(t *testing.T) {
 	if a.status != 409 {
 		t.Fatalf("remove self: %d %s", a.status, a.raw)
 	}
+	a = do(t, tn, "GET", "/metrics", "")
+	for _, want := range []string{"tickets_active 1", "raft_state 2", "raft_voters 1", "raft_non_voters 0", `ticket_ops_total{op="grant",result="ok"} 1`, `ticket_op_duration_seconds_bucket{op="grant"`, "raft_leader_changes_total 1"} {
+		if !strings.Contains(a.raw, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 	snap, err := tn.c.Snapshot(bg)
 	if err != nil || snap.Index == 0 || snap.SizeBytes == 0 || snap.Tickets != 1 {
 		t.Fatalf("snapshot %+v %v", snap, err)

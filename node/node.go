@@ -253,6 +253,10 @@ func (n *Node) registerMetrics(reg prometheus.Registerer) {
 				}
 				return 0
 			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "raft_voters", Help: "Voters in the Raft configuration."},
+			func() float64 { return float64(n.countMembers(raft.Voter)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "raft_non_voters", Help: "Non-voters (standbys) in the Raft configuration."},
+			func() float64 { return float64(n.countMembers(raft.Nonvoter)) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "raft_term", Help: "Current Raft term."},
 			func() float64 {
 				if r := n.raft(); r != nil {
@@ -261,6 +265,25 @@ func (n *Node) registerMetrics(reg prometheus.Registerer) {
 				return 0
 			}),
 	)
+}
+
+// countMembers counts the configuration's servers of one suffrage.
+func (n *Node) countMembers(suffrage raft.ServerSuffrage) int {
+	r := n.raft()
+	if r == nil {
+		return 0
+	}
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	c := 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == suffrage {
+			c++
+		}
+	}
+	return c
 }
 
 // leadership starts the leader's work on every gain of leadership and stops
