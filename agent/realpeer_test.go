@@ -163,25 +163,41 @@ func TestRealNTPResponderAndFalseticker(t *testing.T) {
 		r := startAgent(t, cfg, Options{})
 		waitFor(t, "synced with a falseticker among three", 15*time.Second, func() bool { return getStatus(t, r).Synced })
 		resp := checkSynced(t, r) // within ms of the host clock, not 5 s off
-		ntpSt := sourceOf(getStatus(t, r), "ntp")
-		states := map[string]string{}
-		for _, s := range ntpSt.Info["servers"].([]any) {
-			m := s.(map[string]any)
-			states[m["server"].(string)] = m["state"].(string)
-		}
+		// One poll's view: the responder drops a packet now and then (it
+		// logs "failed to find timestamp"), so wait for a poll in which all
+		// three answered.
+		var states map[string]string
+		var ntpSt SourceStatus
+		waitFor(t, "a poll with the liar marked falseticker and two truechimers", 15*time.Second, func() bool {
+			ntpSt = sourceOf(getStatus(t, r), "ntp")
+			states = map[string]string{}
+			servers, _ := ntpSt.Info["servers"].([]any)
+			for _, s := range servers {
+				m := s.(map[string]any)
+				states[m["server"].(string)] = m["state"].(string)
+			}
+			return states[liar] == "falseticker" && ntpSt.Info["truechimers"] == float64(2)
+		})
 		t.Logf("answer %+v; server states %v", resp, states)
-		if states[liar] != "falseticker" || ntpSt.Info["truechimers"] != float64(2) {
-			t.Fatalf("the 5 s server was not dropped as a falseticker: %v (truechimers %v)", states, ntpSt.Info["truechimers"])
-		}
+		// Whatever the poll, the liar is never a truechimer and the agent
+		// never answered 5 s off (checkSynced above, and again now).
+		checkSynced(t, r)
 	})
 	t.Run("liar and one honest: no majority", func(t *testing.T) {
 		cfg := prodConfig(t)
 		cfg.Sources.NTP.Servers = []string{honest, liar}
 		r := startAgent(t, cfg, Options{})
-		waitFor(t, "ntp polled", 5*time.Second, func() bool { return sourceOf(getStatus(t, r), "ntp").Polls > 0 })
-		st := getStatus(t, r)
-		if st.Synced || sourceOf(st, "ntp").Reason != "truechimers" {
-			t.Fatalf("two disagreeing servers gave %+v", sourceOf(st, "ntp"))
+		// A poll where both answered shows the disagreement (the responder
+		// drops a packet now and then: that poll is "unreachable").
+		waitFor(t, "a poll with both answering", 10*time.Second, func() bool {
+			st := getStatus(t, r)
+			if st.Synced {
+				t.Fatalf("two disagreeing servers gave synced: %+v", sourceOf(st, "ntp"))
+			}
+			return sourceOf(st, "ntp").Reason == "truechimers"
+		})
+		if resp, err := exchange(r.Addr().String(), prodKeys(), 2*time.Second); err != nil || resp.Synced {
+			t.Fatalf("answer %+v %v, want synced=0", resp, err)
 		}
 	})
 }
