@@ -11,9 +11,11 @@
 // Anything else is closed without a byte and counted under its SPEC §1.5
 // reason. A connection must deliver its line within read_timeout_ms
 // (default 2 s, at most 10 s); at most max_conns are held, further ones are
-// closed at once. One goroutine and one pooled fixed buffer per held
-// connection, nothing else grows with what clients send. Shutdown stops
-// accepting, fails /readyz and lets held connections finish their exchange.
+// closed at once. A held connection costs one goroutine (2 KiB stack) and
+// its socket; it takes a pooled fixed buffer only once bytes are readable
+// (a one-byte MSG_PEEK), so silent connections hold no buffer. Nothing
+// grows with what clients send. Shutdown stops accepting, fails /readyz and
+// lets held connections finish their exchange.
 //
 // # Uncertainty model (SPEC §2.1)
 //
