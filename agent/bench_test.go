@@ -256,7 +256,7 @@ func rssBytes() int64 {
 	return -1
 }
 
-// holderEnv starts TestSlowlorisHolder in a child process: it opens COUNT
+// holderEnv starts runHolder in a child process: it opens COUNT
 // silent connections to ADDR and holds them (the child has its own file
 // descriptor limit; the agent under test keeps its own).
 const holderEnv = "TCKCLK_SLOWLORIS_HOLDER"
@@ -309,7 +309,7 @@ func slowloris(b *testing.B, readMs uint64, reconnect bool) {
 	if reconnect {
 		holdFor = window + 2*time.Second
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestSlowlorisHolder$", "-test.v")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d,%d", holderEnv, addr, silent, holdFor.Milliseconds()))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -402,13 +402,9 @@ func slowloris(b *testing.B, readMs uint64, reconnect bool) {
 	}
 }
 
-// TestSlowlorisHolder is the child process of BenchmarkSlowloris; it does
-// nothing unless started by it.
-func TestSlowlorisHolder(t *testing.T) {
-	spec, ok := os.LookupEnv(holderEnv)
-	if !ok {
-		t.Skip("child process of BenchmarkSlowloris only")
-	}
+// runHolder is the child process of BenchmarkSlowloris (TestMain runs it
+// instead of the tests when holderEnv is set).
+func runHolder(spec string) {
 	parts := strings.Split(spec, ",")
 	addr := parts[0]
 	count, _ := strconv.Atoi(parts[1])

@@ -21,6 +21,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if spec, ok := os.LookupEnv(holderEnv); ok {
+		runHolder(spec) // the slowloris benchmark's child process
+		os.Exit(0)
+	}
 	goleak.VerifyTestMain(m,
 		// facebook/time's NTP responder never stops its workers, listeners
 		// and checker (it has no shutdown); the real-peer tests start it once.
