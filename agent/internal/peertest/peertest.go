@@ -30,7 +30,6 @@ import (
 	"github.com/facebook/time/ntp/responder/server"
 	"github.com/facebook/time/ntp/responder/stats"
 	"github.com/facebook/time/timestamp"
-	"github.com/sirupsen/logrus"
 )
 
 // Need skips the test when a binary is not installed.
@@ -313,15 +312,13 @@ announceReceiptTimeout 3
 	return pp
 }
 
-var logrusOnce sync.Once
-
 // StartResponder runs facebook/time's NTP responder (a second, independent
 // NTP implementation) in this process on ip:port, serving the local clock
 // shifted by offset (a falseticker when offset is large). It has no
-// shutdown: its goroutines live until the test binary exits.
+// shutdown: its goroutines live until the test binary exits. It logs with
+// logrus's global logger (to stderr, info level).
 func StartResponder(t testing.TB, ip string, port int, offset time.Duration) string {
 	t.Helper()
-	logrusOnce.Do(func() { logrus.SetLevel(logrus.WarnLevel) })
 	addr := net.JoinHostPort(ip, fmt.Sprint(port))
 	// The responder log.Fatal()s on a bind failure: check the port first.
 	if c, err := net.ListenPacket("udp", addr); err != nil {
