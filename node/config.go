@@ -143,7 +143,7 @@ func DefaultConfig() Config {
 				MaxStandbys:       DefaultMaxStandby,
 				ReconcileDebounce: 2 * time.Second,
 				SnapshotThreshold: 8192,
-				SnapshotInterval:  2 * time.Minute,
+				SnapshotInterval:  30 * time.Second,
 				TrailingLogs:      10240,
 			},
 		},
