@@ -3,11 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/tckclk/tckclk/internal/config"
+	"github.com/tckclk/tckclk/node"
+	"github.com/tckclk/tckclk/node/ticket"
 	"go.uber.org/goleak"
 )
 
@@ -93,5 +98,24 @@ func TestDeployExampleConfig(t *testing.T) {
 	code, out, errs := runCmd(t, "--config", "../../deploy/ticketd/ticketd.yaml", "--print-config")
 	if code != 0 || !strings.Contains(out, "data_dir: /var/lib/ticketd") || !strings.Contains(out, "delta_ms: 500") {
 		t.Fatalf("exit %d: %s\n%s", code, errs, out)
+	}
+}
+
+// SPEC §8: 2 for configuration (including a Δ or node ID the data dir
+// contradicts), 1 for runtime failures (a corrupt data dir included).
+func TestExitCodes(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		code int
+	}{
+		{config.Errorf("clock.delta_ms", "bad"), 2},
+		{&node.DataError{File: "raft.db", Err: fmt.Errorf("x: %w", ticket.ErrDeltaMismatch)}, 2},
+		{&node.IdentityError{Name: "n"}, 2},
+		{&node.DataError{File: "raft.db", Err: ticket.ErrChecksum}, 1},
+		{errors.New("listen: address in use"), 1},
+	} {
+		if got := exitCode(c.err); got != c.code {
+			t.Errorf("%v: exit %d, want %d", c.err, got, c.code)
+		}
 	}
 }
