@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"runtime"
@@ -241,21 +242,6 @@ func BenchmarkAgentVsBare(b *testing.B) {
 	}
 }
 
-// rssBytes is this process's resident set (VmRSS).
-func rssBytes() int64 {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return -1
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return -1
-}
-
 // holderEnv starts runHolder in a child process: it opens COUNT
 // silent connections to ADDR and holds them (the child has its own file
 // descriptor limit; the agent under test keeps its own).
@@ -283,26 +269,15 @@ func BenchmarkSlowloris(b *testing.B) {
 
 func slowloris(b *testing.B, readMs uint64, reconnect bool) {
 	const silent, workers = 10000, 8
-	// The agent under test holds `silent` sockets in this process: raise the
-	// soft limit (Go already raises it to the hard limit at start-up).
-	var rl syscall.Rlimit
-	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl)
-	if need := uint64(silent + 1024); rl.Cur < need {
-		rl.Cur = min(rl.Max, need)
-		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
-		if rl.Cur < need {
-			b.Fatalf("RLIMIT_NOFILE hard limit %d is below the %d descriptors this benchmark needs (raise it: ulimit -Hn)", rl.Max, need)
-		}
-	}
-	cfg := devConfig(b)
-	cfg.ReadTimeoutMs = readMs
-	r := benchAgent(b, cfg)
-	addr := r.Addr().String()
+	// The agent under test runs in a fresh child process (its RSS is its
+	// own, untouched by earlier runs or by these load clients), the silent
+	// connections come from another child (its own descriptor limit).
+	ag := startChildAgent(b, readMs)
+	addr := ag.addr
 	keys := devKeys()
 	load(addr, keys, workers, 500*time.Millisecond, false) // warm-up
-	runtime.GC()
 	normal := load(addr, keys, workers, 3*time.Second, false)
-	rss0 := rssBytes()
+	rss0 := procRSS(ag.pid)
 
 	window := 5 * time.Second
 	holdFor := time.Duration(0)
@@ -344,7 +319,7 @@ func slowloris(b *testing.B, readMs uint64, reconnect bool) {
 	}
 	opened := next("open report", 60*time.Second)
 	openAt := time.Now()
-	held := r.server.OpenConns()
+	held := ag.metric(b, "tckclk_agent_connections_open")
 	var peak atomic.Int64
 	peak.Store(rss0)
 	stopRSS := make(chan struct{})
@@ -358,7 +333,7 @@ func slowloris(b *testing.B, readMs uint64, reconnect bool) {
 			case <-stopRSS:
 				return
 			case <-t.C:
-				if v := rssBytes(); v > peak.Load() {
+				if v := procRSS(ag.pid); v > peak.Load() {
 					peak.Store(v)
 				}
 			}
@@ -368,11 +343,9 @@ func slowloris(b *testing.B, readMs uint64, reconnect bool) {
 		window = min(window, time.Duration(readMs)*time.Millisecond-time.Since(openAt)-time.Second)
 	}
 	attacked := load(addr, keys, workers, window, false)
-	heldAfter := r.server.OpenConns()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	memLine := fmt.Sprintf("go memory with %d connections held: stacks %d MiB, heap in use %d MiB, goroutines %d, runtime total (Sys) %d MiB",
-		heldAfter, ms.StackInuse>>20, ms.HeapInuse>>20, runtime.NumGoroutine(), ms.Sys>>20)
+	heldAfter := ag.metric(b, "tckclk_agent_connections_open")
+	memLine := fmt.Sprintf("agent's Go memory then: stacks %.0f MiB, heap in use %.0f MiB, goroutines %.0f",
+		ag.metric(b, "go_memstats_stack_inuse_bytes")/(1<<20), ag.metric(b, "go_memstats_heap_inuse_bytes")/(1<<20), ag.metric(b, "go_goroutines"))
 	close(stopRSS)
 	<-rssDone
 	closed := next("closed report", time.Duration(readMs)*time.Millisecond+60*time.Second)
@@ -384,13 +357,13 @@ func slowloris(b *testing.B, readMs uint64, reconnect bool) {
 	if reconnect {
 		mode = "re-opened as the agent closes them"
 	}
-	fmt.Printf("\nslowloris: %d silent connections (%s), read_timeout %d ms, %d other clients\n", silent, mode, readMs, workers)
+	fmt.Printf("\nslowloris: %d silent connections (%s), read_timeout %d ms, %d other clients; agent in its own process\n", silent, mode, readMs, workers)
 	fmt.Printf("  %s\n  %s\n", opened, closed)
-	fmt.Printf("  agent held %d connections when the window began, %d when it ended\n  %s\n", held, heldAfter, memLine)
+	fmt.Printf("  agent held %.0f connections when the window began, %.0f when it ended\n  %s\n", held, heldAfter, memLine)
 	fmt.Printf("%-10s %12s %10s %10s %7s\n", "phase", "exchanges/s", "p50", "p99", "errors")
 	fmt.Printf("%-10s %12.0f %10v %10v %7d\n", "normal", normal.rate(), normal.pct(0.5).Round(time.Microsecond), normal.pct(0.99).Round(time.Microsecond), normal.errs)
 	fmt.Printf("%-10s %12.0f %10v %10v %7d\n", "attacked", attacked.rate(), attacked.pct(0.5).Round(time.Microsecond), attacked.pct(0.99).Round(time.Microsecond), attacked.errs)
-	fmt.Printf("p99 under attack %.2f× normal (target ≤ 2.00); RSS %d MiB → peak %d MiB, growth %.1f MiB (target ≤ 64)\n",
+	fmt.Printf("p99 under attack %.2f× normal (target ≤ 2.00); agent RSS %d MiB → peak %d MiB, growth %.1f MiB (target ≤ 64)\n",
 		p99Ratio, rss0>>20, peak.Load()>>20, float64(growth)/(1<<20))
 	b.ReportMetric(p99Ratio, "p99-attacked/normal")
 	b.ReportMetric(float64(growth)/(1<<20), "rss-growth-MiB")
@@ -400,6 +373,119 @@ func slowloris(b *testing.B, readMs uint64, reconnect bool) {
 	if !strings.Contains(closed, " unclosed=0 ") {
 		b.Errorf("silent connections not closed by the agent: %s", closed)
 	}
+}
+
+// benchAgentEnv makes the test binary run a --dev agent (TestMain runs it
+// instead of the tests): the value is the read timeout in ms.
+const benchAgentEnv = "TCKCLK_BENCH_AGENT"
+
+type childAgent struct {
+	addr, http string
+	pid        int
+}
+
+// startChildAgent runs a --dev agent in a child process and returns its
+// addresses; it is stopped (stdin closed, then killed) at cleanup.
+func startChildAgent(b *testing.B, readMs uint64) *childAgent {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", benchAgentEnv, readMs))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		stdin.Close()
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == "agent" {
+			go io.Copy(io.Discard, out)
+			return &childAgent{addr: f[1], http: f[2], pid: cmd.Process.Pid}
+		}
+	}
+	b.Fatal("the child agent did not start")
+	return nil
+}
+
+// metric reads one unlabelled series from the child's /metrics.
+func (c *childAgent) metric(b *testing.B, name string) float64 {
+	resp, err := http.Get("http://" + c.http + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return -1
+}
+
+// runBenchAgent is the child process of startChildAgent.
+func runBenchAgent(readMs string) {
+	ms, _ := strconv.ParseUint(readMs, 10, 64)
+	dir, err := os.MkdirTemp("", "tckclk-bench-agent-")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	sec := dir + "/secret"
+	if err := os.WriteFile(sec, testSecret, 0o600); err != nil {
+		panic(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Dev, cfg.Listen, cfg.HTTP, cfg.SecretFile, cfg.ReadTimeoutMs = true, "127.0.0.1:0", "127.0.0.1:0", sec, ms
+	a, err := New(cfg, Options{Logger: quietLogger(), Env: noEnv})
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { io.Copy(io.Discard, os.Stdin); cancel() }() // the parent closed stdin or died
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	select {
+	case <-a.Ready():
+		fmt.Printf("agent %s %s\n", a.Addr(), a.HTTPAddr())
+	case err := <-done:
+		panic(err)
+	}
+	if err := <-done; err != nil {
+		panic(err)
+	}
+}
+
+// procRSS is a process's resident set (VmRSS).
+func procRSS(pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return -1
 }
 
 // runHolder is the child process of BenchmarkSlowloris (TestMain runs it

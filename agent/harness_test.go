@@ -21,8 +21,13 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The slowloris benchmark's child processes.
 	if spec, ok := os.LookupEnv(holderEnv); ok {
-		runHolder(spec) // the slowloris benchmark's child process
+		runHolder(spec)
+		os.Exit(0)
+	}
+	if readMs, ok := os.LookupEnv(benchAgentEnv); ok {
+		runBenchAgent(readMs)
 		os.Exit(0)
 	}
 	goleak.VerifyTestMain(m,
