@@ -25,7 +25,7 @@ func newMemRaft(t *testing.T, id string, delta uint64, bootstrap bool) *memRaft 
 	conf.CommitTimeout = 5 * time.Millisecond
 	conf.TrailingLogs = 0 // after a snapshot, a newcomer can only get state by install
 	conf.SnapshotThreshold = 1 << 30
-	conf.Logger = newHCLog(testLogger(t).With("node", id))
+	conf.LogOutput = &hclogWriter{log: testLogger(t).With("node", id)}
 	store := raft.NewInmemStore()
 	snaps := raft.NewInmemSnapshotStore()
 	addr, trans := raft.NewInmemTransport(raft.ServerAddress(id))

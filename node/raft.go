@@ -1,25 +1,21 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
+	"syscall"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/tckclk/tckclk/node/ticket"
-	"go.etcd.io/bbolt"
 )
 
 // Files under the data dir.
@@ -139,8 +135,30 @@ func restoreNewestSnapshot(dataDir string, store *raft.FileSnapshotStore, fsm *t
 	return newest.ID, nil
 }
 
+// lockFile guards a data dir against a second process (or node) using it.
+const lockFile = "LOCK"
+
+// lockDataDir takes an exclusive, non-blocking flock on dataDir/LOCK, held
+// until the returned file is closed.
+func lockDataDir(dataDir string) (*os.File, error) {
+	p := filepath.Join(dataDir, lockFile)
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, &DataError{File: p, Err: err}
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			err = errors.New("locked by another process (is another ticketd running on this data dir?)")
+		}
+		return nil, &DataError{File: p, Err: err}
+	}
+	return f, nil
+}
+
 // raftParts are the durable pieces of a single-voter Raft.
 type raftParts struct {
+	lock   *os.File // holds the data dir's flock
 	r      *raft.Raft
 	store  *raftboltdb.BoltStore
 	trans  *raft.InmemTransport
@@ -159,6 +177,9 @@ func (p *raftParts) close() error {
 	if p.store != nil {
 		errs = append(errs, p.store.Close())
 	}
+	if p.lock != nil {
+		errs = append(errs, p.lock.Close()) // releases the flock
+	}
 	return errors.Join(errs...)
 }
 
@@ -168,34 +189,28 @@ func openRaft(cfg *Config, fsm *ticket.FSM, notify chan bool, log *slog.Logger) 
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, &DataError{File: dataDir, Err: err}
 	}
-	hl := newHCLog(log.With("component", "raft"))
+	raftLog := &hclogWriter{log: log.With("component", "raft")}
 	p := &raftParts{dbPath: filepath.Join(dataDir, raftDBFile)}
 	var err error
-	p.snaps, err = raft.NewFileSnapshotStoreWithLogger(dataDir, retainSnaps, hl)
+	if p.lock, err = lockDataDir(dataDir); err != nil {
+		return nil, err
+	}
+	p.snaps, err = raft.NewFileSnapshotStore(dataDir, retainSnaps, raftLog)
 	if err != nil {
+		p.close()
 		return nil, &DataError{File: filepath.Join(dataDir, snapshotsDir), Err: err}
 	}
 	id, err := restoreNewestSnapshot(dataDir, p.snaps, fsm)
 	if err != nil {
+		p.close()
 		return nil, err
 	}
 	if id != "" {
 		log.Info("restored snapshot", "id", id, "tickets", fsm.Len(), "delta_ms", fsm.Delta())
 	}
-	p.store, err = raftboltdb.New(raftboltdb.Options{Path: p.dbPath, BoltOptions: &bbolt.Options{
-		// Another ticketd holding the file lock: fail instead of waiting.
-		Timeout: 2 * time.Second,
-		// The free list is rebuilt on open instead of written on every
-		// commit: fewer pages per fsync'd batch (as Consul runs it).
-		NoFreelistSync: true,
-		FreelistType:   bbolt.FreelistMapType,
-		// Fewer remaps (each one stalls writers) while the log grows.
-		InitialMmapSize: 64 << 20,
-	}})
-	if errors.Is(err, bbolt.ErrTimeout) {
-		return nil, &DataError{File: p.dbPath, Err: errors.New("locked by another process (is another ticketd running on this data dir?)")}
-	}
+	p.store, err = raftboltdb.New(raftboltdb.Options{Path: p.dbPath})
 	if err != nil {
+		p.close()
 		return nil, &DataError{File: p.dbPath, Err: err}
 	}
 	name := cfg.Cluster.Name
@@ -204,10 +219,14 @@ func openRaft(cfg *Config, fsm *ticket.FSM, notify chan bool, log *slog.Logger) 
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(name)
-	rc.Logger = hl
+	rc.LogOutput, rc.LogLevel = raftLog, "INFO"
 	rc.NotifyCh = notify
 	rc.NoSnapshotRestoreOnStart = true // restoreNewestSnapshot did it, without fall-back
-	rc.BatchApplyCh = true
+	// BatchApplyCh stays off: with a buffered applyCh a future still in the
+	// buffer when Raft shuts down is never answered and its waiter hangs
+	// (seen when the FSM stops during replay). Group commit works without
+	// it: the leader drains every Apply blocked on the channel into one
+	// StoreLogs (one fsync'd bolt transaction), up to MaxAppendEntries.
 	rc.MaxAppendEntries = 512
 	rc.SnapshotThreshold = cfg.Cluster.Raft.SnapshotThreshold
 	rc.SnapshotInterval = cfg.Cluster.Raft.SnapshotInterval
@@ -271,40 +290,30 @@ func (e *IdentityError) Error() string {
 	return fmt.Sprintf("node: data dir %s belongs to a cluster whose voters are %v; cluster.name is %q (use the node's own name, or another data dir)", e.DataDir, e.Members, e.Name)
 }
 
-// hclogWriter turns hclog's JSON lines into slog records.
+// hclogWriter turns the lines of Raft's own logger (hclog's text format,
+// "TIME [LEVEL]  raft: message: k=v") into slog records.
 type hclogWriter struct{ log *slog.Logger }
 
-func newHCLog(log *slog.Logger) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{
-		Name: "raft", Level: hclog.Info, Output: &hclogWriter{log: log},
-		JSONFormat: true, DisableTime: true,
-	})
-}
-
 func (w *hclogWriter) Write(p []byte) (int, error) {
-	for _, line := range bytes.Split(bytes.TrimSpace(p), []byte("\n")) {
-		var m map[string]any
-		if json.Unmarshal(line, &m) != nil {
-			w.log.Info(string(line))
-			continue
-		}
-		lvl := slog.LevelInfo
-		switch m["@level"] {
-		case "trace", "debug":
-			lvl = slog.LevelDebug
-		case "warn":
-			lvl = slog.LevelWarn
-		case "error":
-			lvl = slog.LevelError
-		}
-		msg, _ := m["@message"].(string)
-		attrs := make([]any, 0, 2*len(m))
-		for _, k := range slices.Sorted(maps.Keys(m)) {
-			if !strings.HasPrefix(k, "@") {
-				attrs = append(attrs, k, m[k])
+	for _, line := range strings.Split(strings.TrimSpace(string(p)), "\n") {
+		lvl, msg := slog.LevelInfo, line
+		if i := strings.Index(line, "["); i >= 0 {
+			if j := strings.Index(line[i:], "]"); j > 0 {
+				switch line[i+1 : i+j] {
+				case "TRACE", "DEBUG":
+					lvl = slog.LevelDebug
+				case "WARN":
+					lvl = slog.LevelWarn
+				case "ERROR":
+					lvl = slog.LevelError
+				}
+				msg = strings.TrimSpace(line[i+j+1:])
 			}
 		}
-		w.log.Log(context.Background(), lvl, msg, attrs...)
+		for _, name := range []string{"raft: ", "snapshot: "} {
+			msg = strings.TrimPrefix(msg, name)
+		}
+		w.log.Log(context.Background(), lvl, msg)
 	}
 	return len(p), nil
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/tckclk/tckclk/node/api/client"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"go.uber.org/zap"
 )
 
 // cycler does one lock cycle (acquire + release) for client i.
@@ -75,7 +74,7 @@ type etcdCycler struct {
 }
 
 func newEtcd(ctx context.Context, endpoint string, clients int, wait time.Duration) (*etcdCycler, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
 	if err != nil {
 		return nil, err
 	}
@@ -138,28 +137,26 @@ type result struct {
 }
 
 // measure runs clients in a closed loop for warmup (unrecorded) then d.
+// At the end every client finishes the cycle it is in (nothing is
+// cancelled mid-request, so neither server sees aborted calls).
 func measure(ctx context.Context, target string, c cycler, clients int, warmup, d time.Duration) result {
-	var recording atomic.Bool
+	var recording, stop atomic.Bool
 	var errs atomic.Int64
 	var firstErr atomic.Pointer[string]
 	lats := make([][]time.Duration, clients)
-	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for i := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for ctx.Err() == nil {
+			for !stop.Load() && ctx.Err() == nil {
 				start := time.Now()
-				err := c.cycle(ctx, i)
+				err := c.cycle(context.WithoutCancel(ctx), i)
 				took := time.Since(start)
 				if !recording.Load() {
 					continue
 				}
 				if err != nil {
-					if ctx.Err() != nil {
-						return
-					}
 					if errs.Add(1) == 1 {
 						s := err.Error()
 						firstErr.Store(&s)
@@ -179,7 +176,7 @@ func measure(ctx context.Context, target string, c cycler, clients int, warmup, 
 	}
 	recording.Store(false)
 	elapsed := time.Since(start)
-	cancel()
+	stop.Store(true)
 	wg.Wait()
 	var all []time.Duration
 	for _, l := range lats {
