@@ -203,15 +203,6 @@ func (c *Config) Validate() error {
 	if err := c.Clock.Validate("clock"); err != nil {
 		return err
 	}
-	if c.Clock.HasAgent() {
-		key := "clock.agent_addr"
-		if c.Clock.AgentAddr == "" {
-			key = "clock.agent_addrs"
-		}
-		// Issue 5 wires node/clockhealth into the node; until then a
-		// configured agent must not be silently ignored.
-		return config.Errorf(key, "clock agents are not supported by this build yet (agent support is wired in by issue 5); remove the key to run on the host clock")
-	}
 	if c.API.Addr == "" {
 		return config.Errorf("api.addr", "must not be empty")
 	}

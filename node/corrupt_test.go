@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/tckclk/tckclk/node/api/client"
+	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 
@@ -109,7 +110,7 @@ func adminSetup(t *testing.T, dir string) (Config, []client.Option) {
 
 // snapshotted runs a node, grants, snapshots twice with grants between, stops;
 // it returns the tickets as the node listed them last.
-func snapshotted(t *testing.T, cfg Config, clk *manualClock, opts []client.Option) []byte {
+func snapshotted(t *testing.T, cfg Config, clk *clockhealthtest.Clock, opts []client.Option) []byte {
 	t.Helper()
 	tn := startNode(t, cfg, Deps{Wall: clk}, opts...)
 	for _, n := range []string{"a", "b", "c"} {

@@ -15,31 +15,17 @@ import (
 	"time"
 
 	"github.com/tckclk/tckclk/node/api/client"
+	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// manualClock is a wall clock tests set and advance.
-type manualClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newManualClock() *manualClock {
-	return &manualClock{t: time.UnixMilli(1_700_000_000_000).Add(250 * time.Microsecond)}
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+// newManualClock is a manual wall + monotonic clock (Advance moves both,
+// as real time does; StepWall moves the wall alone) at a wall time with a
+// sub-millisecond part, so rounding up and down differ.
+func newManualClock() *clockhealthtest.Clock {
+	return clockhealthtest.NewClock(time.UnixMilli(1_700_000_000_000).Add(250 * time.Microsecond))
 }
 
 // switchGuard is a ClockGuard whose answer a test sets; it counts calls.

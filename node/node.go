@@ -18,21 +18,38 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/tckclk/tckclk/internal/config"
+	"github.com/tckclk/tckclk/internal/secret"
 	"github.com/tckclk/tckclk/node/api"
+	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 
 // Deps are what Run takes from its caller besides the config. Zero values
 // mean the real thing.
 type Deps struct {
-	Logger    *slog.Logger // default: discard
-	Wall      WallClock    // default: the system clock
-	Guard     ClockGuard   // default: HostClock (always passes)
-	Readiness *Readiness   // default: a new one
+	Logger *slog.Logger // default: discard
+	// Wall is the wall clock entries are stamped with; the clock-health
+	// monitor checks the same clock. Default: the system clock.
+	Wall WallClock
+	// Mono is the monotonic clock the monitor pairs with Wall (SPEC §3.2).
+	// Default: Wall itself when it is also a clockhealth.MonoClock (as
+	// clockhealthtest.Clock is); a Wall that is not needs one.
+	Mono clockhealth.MonoClock
+	// Guard replaces the clock-health monitor built from cfg.Clock (tests):
+	// no clock_check, no FAILED marker.
+	Guard     ClockGuard
+	Readiness *Readiness // default: a new one
 	// HoldOffUntil, when set, refuses Grant and Expire (503, reason
-	// hold_off) until the wall clock has passed it: the single-node restart
-	// after FAILED waits 250 s + Δ (SPEC §4).
+	// hold_off) until the wall clock has passed it. A FAILED marker in the
+	// data dir sets it to start + 250 s + Δ (SPEC §4); the later one wins.
 	HoldOffUntil time.Time
+	// ClockTicker and ClockDialer replace the monitor's tickers and its
+	// agent dialer (tests).
+	ClockTicker clockhealth.TickerFunc
+	ClockDialer clockhealth.Dialer
+	// Env looks up the environment (the clock secret, SPEC §1.4); default
+	// os.LookupEnv.
+	Env secret.Lookup
 	// Listener serves the API instead of listening on cfg.API.Addr (tests).
 	Listener net.Listener
 	// ExpiryInterval is how often the leader looks for expired tickets.
@@ -40,6 +57,8 @@ type Deps struct {
 	// Registry receives the metrics; default: a new one with the Go and
 	// process collectors.
 	Registry *prometheus.Registry
+
+	built func(*Node) // tests in this package: the node, once built
 }
 
 // Run runs a ticketd node until ctx ends or the node fails.
@@ -51,9 +70,18 @@ type Node struct {
 	log     *slog.Logger
 	wall    WallClock
 	guard   ClockGuard
+	mon     *clockhealth.Monitor // the guard, unless Deps.Guard replaced it
 	ready   *Readiness
 	holdOff time.Time
 	expiry  time.Duration
+	dataDir string
+
+	// The FAILED marker (SPEC §4): markerMu orders writing it (clockFailed)
+	// against removing an earlier run's (clearHoldOff).
+	markerMu      sync.Mutex
+	markerPending atomic.Bool            // an earlier run's marker is on disk
+	markerState   atomic.Pointer[string] // this run's: "written" or why not
+	holdOffCause  string
 
 	fsm     *ticket.FSM
 	parts   atomic.Pointer[raftParts] // nil until Raft is open; HTTP handlers read it concurrently
@@ -64,25 +92,23 @@ type Node struct {
 	leaderChanges prometheus.Counter
 }
 
-// RunWith is Run with injected dependencies.
+// RunWith is Run with injected dependencies. Start-up order (SPEC §3.5):
+// the data dir is locked and checked (retired: refused; FAILED marker: hold
+// off), the API listens (probes see every stage), clock_check proves the
+// clock with an agent configured, then Raft opens and the node becomes
+// leader and ready.
 func RunWith(ctx context.Context, cfg Config, deps Deps) (err error) {
 	cfg.Normalize()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	n := &Node{
-		cfg: cfg, log: deps.Logger, wall: deps.Wall, guard: deps.Guard, ready: deps.Readiness,
-		holdOff: deps.HoldOffUntil, expiry: deps.ExpiryInterval,
+		cfg: cfg, log: deps.Logger, guard: deps.Guard, ready: deps.Readiness,
+		holdOff: deps.HoldOffUntil, expiry: deps.ExpiryInterval, dataDir: cfg.Cluster.Raft.DataDir,
 		fsm: ticket.New(cfg.Clock.DeltaMs), notify: make(chan bool, 16),
 	}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
-	}
-	if n.wall == nil {
-		n.wall = systemClock{}
-	}
-	if n.guard == nil {
-		n.guard = HostClock{}
 	}
 	if n.ready == nil {
 		n.ready = NewReadiness()
@@ -90,12 +116,56 @@ func RunWith(ctx context.Context, cfg Config, deps Deps) (err error) {
 	if n.expiry <= 0 {
 		n.expiry = 100 * time.Millisecond
 	}
+	env := deps.Env
+	if env == nil {
+		env = os.LookupEnv
+	}
+	wall, mono, err := clockDeps(&deps)
+	if err != nil {
+		return err
+	}
+	n.wall = wall
 	reg := deps.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	secrets, err := loadSecrets(&cfg)
+
+	// The data dir first, under its lock: a retired one is refused (SPEC
+	// §3.4), a FAILED marker holds off (SPEC §4).
+	lock, err := lockDataDir(n.dataDir)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if lock != nil {
+			lock.Close()
+		}
+	}()
+	if err := clockhealth.CheckRetired(n.dataDir); err != nil {
+		return err
+	}
+	prior, err := readFailedMarker(n.dataDir)
+	if err != nil {
+		return err
+	}
+	if prior != nil {
+		n.markerPending.Store(true)
+		n.holdOffCause = prior.String()
+		if until := n.wall.Now().Add(holdOffFor(cfg.Clock.DeltaMs)); until.After(n.holdOff) {
+			n.holdOff = until
+		}
+	}
+
+	var clockSecrets *clockhealth.Secrets
+	if deps.Guard == nil && cfg.Clock.HasAgent() {
+		s, err := clockhealth.LoadSecrets(&cfg.Clock, env)
+		if err != nil {
+			return err
+		}
+		clockSecrets = &s
+	}
+	secrets, err := loadSecrets(&cfg, env, clockSecrets)
 	if err != nil {
 		return err
 	}
@@ -105,6 +175,22 @@ func RunWith(ctx context.Context, cfg Config, deps Deps) (err error) {
 	}
 	n.metrics = api.NewMetrics(reg)
 	n.registerMetrics(reg)
+	if n.guard == nil {
+		opts := clockhealth.Options{
+			Config: cfg.Clock, Wall: wall, Mono: mono, Dialer: deps.ClockDialer, NewTicker: deps.ClockTicker,
+			Logger: n.log.With("component", "clock"), Registerer: reg, OnFailed: n.clockFailed,
+		}
+		if clockSecrets != nil {
+			opts.Secret, opts.NextSecret = clockSecrets.Current.Bytes(), clockSecrets.Next.Bytes()
+		}
+		if n.mon, err = clockhealth.New(opts); err != nil {
+			return err
+		}
+		n.guard = monitorGuard{n.mon}
+	}
+	if deps.built != nil {
+		deps.built(n)
+	}
 
 	ln := deps.Listener
 	if ln == nil {
@@ -120,10 +206,11 @@ func RunWith(ctx context.Context, cfg Config, deps Deps) (err error) {
 		scheme = "https"
 	}
 	n.log.Info("ticketd starting", "node_id", cfg.Cluster.Name, "mode", "single-node",
-		"data_dir", cfg.Cluster.Raft.DataDir, "delta_ms", cfg.Clock.DeltaMs, "clock", "host (no agent)",
+		"data_dir", n.dataDir, "delta_ms", cfg.Clock.DeltaMs, "clock", n.clockMode(),
 		"api", scheme+"://"+ln.Addr().String(), "client_token", secrets.client != nil, "admin_api", secrets.admin != nil)
 	if !n.holdOff.IsZero() {
-		n.log.Warn("refusing Grant and Expire until the hold-off instant", "until", n.holdOff.UTC().Format(time.RFC3339Nano))
+		n.log.Warn("refusing Grant and Expire until the hold-off instant", "until", n.holdOff.UTC().Format(time.RFC3339Nano),
+			"cause", n.holdOffCause)
 	}
 
 	srv := &http.Server{
@@ -158,13 +245,36 @@ func RunWith(ctx context.Context, cfg Config, deps Deps) (err error) {
 		wg.Wait()
 	}()
 
+	if n.mon != nil {
+		if err := n.mon.Start(); err != nil {
+			return err
+		}
+		defer n.mon.Close()
+		// Returning a FAILED clock's error makes the exit status say so.
+		defer func() {
+			if ferr := n.mon.Err(); ferr != nil && (err == nil || errors.Is(err, errStopped)) {
+				err = ferr
+			}
+		}()
+		if cfg.Clock.HasAgent() {
+			if err := n.clockCheck(ctx); err != nil {
+				if errors.Is(err, errStopped) {
+					return nil
+				}
+				return err
+			}
+		}
+	}
+
 	n.ready.Set(StageRaft, "opening the data dir")
-	rp, err := openRaft(&cfg, n.fsm, n.notify, n.log)
+	rp, err := openRaft(&cfg, lock, n.fsm, n.notify, n.log)
+	lock = nil // openRaft owns it now (and closes it on failure)
 	if err != nil {
 		n.ready.Set(StageFailed, err.Error())
 		return err
 	}
 	n.parts.Store(rp)
+	n.advanceClock(clockhealth.StageJoined, "single node: bootstrapped as the only voter")
 	n.ready.Set(StageRaft, "waiting for leadership")
 
 	lctx, stop := context.WithCancel(ctx)
@@ -187,6 +297,19 @@ func RunWith(ctx context.Context, cfg Config, deps Deps) (err error) {
 		err = cerr
 	}
 	return err
+}
+
+// clockMode describes the clock the node runs on, for the start-up log.
+func (n *Node) clockMode() string {
+	switch {
+	case n.mon == nil:
+		return "injected guard"
+	case !n.cfg.Clock.HasAgent():
+		return "host (no agent): watched for rollback and step"
+	case n.cfg.Clock.DevReference:
+		return "agent, DEVELOPMENT REFERENCE (dev_key)"
+	}
+	return "agent"
 }
 
 // raft returns the Raft instance, or nil before it is open.
@@ -342,6 +465,8 @@ func (n *Node) lead(ctx context.Context) {
 		n.log.Info("recorded Δ in the replicated state", "delta_ms", n.cfg.Clock.DeltaMs)
 	}
 	n.barrierTerm.Store(term)
+	n.advanceClock(clockhealth.StageUniform, "single node: no other voter to agree with")
+	n.advanceClock(clockhealth.StageReady, "")
 	n.ready.Set(StageReady, "")
 	n.log.Info("leader ready", "term", term, "applied_index", n.raft().AppliedIndex(), "tickets", n.fsm.Len(),
 		"delta_ms", n.fsm.Delta(), "replay", time.Since(start).Round(time.Millisecond))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/node/api"
+	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 
@@ -35,6 +36,11 @@ func ceilMs(t time.Time) (uint64, bool) {
 func (n *Node) serving() error {
 	stage, reason := n.ready.Get()
 	if stage != StageReady {
+		if stage == StageFailed {
+			if err := n.guard.Check(); err != nil {
+				return clockRefusal(err)
+			}
+		}
 		if reason == "" {
 			reason = string(stage)
 		}
@@ -47,9 +53,10 @@ func (n *Node) serving() error {
 	return nil
 }
 
+// clockOK is the pre-proposal clock check (SPEC §3.2) as an API answer.
 func (n *Node) clockOK() error {
 	if err := n.guard.Check(); err != nil {
-		return api.Unavailable("clock", err.Error(), "clock health refuses the proposal: %v", err)
+		return clockRefusal(err)
 	}
 	return nil
 }
@@ -57,6 +64,14 @@ func (n *Node) clockOK() error {
 // holdingOff reports whether Grant and Expire are refused at wall time now.
 func (n *Node) holdingOff(now time.Time) bool {
 	return !n.holdOff.IsZero() && !now.After(n.holdOff)
+}
+
+func (n *Node) holdOffText() string {
+	s := "Grant and Expire refused until " + n.holdOff.UTC().Format(time.RFC3339Nano)
+	if n.holdOffCause != "" {
+		s += ": " + n.holdOffCause
+	}
+	return s
 }
 
 // Write proposes a Grant, Renew or Release (api.Backend).
@@ -71,7 +86,7 @@ func (n *Node) Write(ctx context.Context, w api.Write) (api.Written, error) {
 	}
 	wall := n.wall.Now()
 	if w.Op == ticket.OpGrant && n.holdingOff(wall) {
-		return api.Written{}, api.Unavailable("hold_off", "hold_off", "Grant is refused until %s (restart after FAILED waits 250 s + Δ so nothing granted before can overlap)", n.holdOff.UTC().Format(time.RFC3339Nano))
+		return api.Written{}, api.Unavailable(string(StageHoldOff), "hold_off", "Grant is refused until %s (restart after FAILED waits 250 s + Δ so nothing granted before can overlap)", n.holdOff.UTC().Format(time.RFC3339Nano))
 	}
 	nowMs, ok1 := ceilMs(wall)
 	recvMs, ok2 := floorMs(wall)
@@ -130,21 +145,36 @@ func (n *Node) List(ctx context.Context, prefix string, limit int) ([]ticket.Tic
 
 // Readiness is /readyz (api.Backend): ready only at StageReady, as the
 // leader of the current term, with a healthy clock and no hold-off.
+// Otherwise the stage and why: clock_check with its progress, failed with
+// the SPEC §1.5 reason, hold_off with the instant.
 func (n *Node) Readiness() api.Health {
 	stage, reason := n.ready.Get()
-	if stage == StageReady {
-		switch {
-		case n.serving() != nil:
+	h := api.Health{Status: "unavailable", DevReference: n.mon != nil && n.cfg.Clock.DevReference}
+	switch stage {
+	case StageReady:
+		if err := n.serving(); err != nil {
 			stage, reason = StageRaft, "not the leader of the current term"
-		case n.guard.Check() != nil:
-			stage, reason = "clock", n.guard.Check().Error()
-		case n.holdingOff(n.wall.Now()):
-			stage, reason = "hold_off", "Grant and Expire refused until "+n.holdOff.UTC().Format(time.RFC3339Nano)
-		default:
-			return api.Health{Status: "ok", Stage: string(StageReady)}
+		} else if err := n.clockOK(); err != nil {
+			ae := err.(*api.Error)
+			stage, reason, h.Detail = Stage(ae.Stage), ae.Reason, ae.Message
+		} else if n.holdingOff(n.wall.Now()) {
+			stage, reason, h.Detail = StageHoldOff, "hold_off", n.holdOffText()
+			h.HoldOffUntilUnixMs, _ = ceilMs(n.holdOff)
+		} else {
+			h.Status = "ok"
+		}
+	case StageFailed:
+		if ce := n.clockErr(); ce != nil {
+			reason, h.Detail = string(ce.Reason), ce.Error()
+		}
+	case StageClockCheck:
+		if n.mon != nil {
+			st := n.mon.Status()
+			h.Detail = fmt.Sprintf("%d of %d consecutive healthy samples", min(st.HealthyRounds, clockhealth.ClockCheckSamples), clockhealth.ClockCheckSamples)
 		}
 	}
-	return api.Health{Status: "unavailable", Stage: string(stage), Reason: reason}
+	h.Stage, h.Reason = string(stage), reason
+	return h
 }
 
 // Status is /v1/status (api.Backend).
@@ -152,7 +182,7 @@ func (n *Node) Status(ctx context.Context) api.Status {
 	h := n.Readiness()
 	st := api.Status{
 		NodeID: n.cfg.Cluster.Name, Mode: "single-node", Stage: h.Stage, Ready: h.Status == "ok", Reason: h.Reason,
-		DeltaMs: n.fsm.Delta(), TicketsActive: n.fsm.Len(),
+		DeltaMs: n.fsm.Delta(), TicketsActive: n.fsm.Len(), HoldOffCause: n.holdOffCause,
 	}
 	if st.DeltaMs == 0 {
 		st.DeltaMs = n.cfg.Clock.DeltaMs
@@ -169,12 +199,18 @@ func (n *Node) Status(ctx context.Context) api.Status {
 	} else {
 		st.Role = "starting"
 	}
-	ci := ClockInfo{Source: "host", Healthy: n.guard.Check() == nil}
 	if cr, ok := n.guard.(ClockReporter); ok {
-		ci = cr.ClockStatus()
+		st.Clock = cr.ClockStatus()
+	} else {
+		err := n.guard.Check()
+		st.Clock = api.ClockStatus{Source: "injected", Stage: "guard", Healthy: err == nil, DeltaMs: n.cfg.Clock.DeltaMs}
+		if err != nil {
+			st.Clock.Reason = clockReason(err)
+		}
 	}
-	st.Clock = api.ClockStatus{Source: ci.Source, Stage: ci.Stage, Healthy: ci.Healthy, BoundMs: ci.BoundMs,
-		LastSampleUnixMs: ci.LastSampleUnixMs, Reason: ci.Reason, DevReference: ci.DevReference}
+	if p := n.markerState.Load(); p != nil {
+		st.Clock.FailedMarker = *p
+	}
 	return st
 }
 
@@ -244,6 +280,7 @@ func (n *Node) expiryLoop(ctx context.Context) {
 		} else if now := n.wall.Now(); n.holdingOff(now) {
 			refusal = "hold_off"
 		} else {
+			n.clearHoldOff()
 			n.expireDue(ctx, now)
 		}
 		if refusal != lastRefusal {

@@ -138,9 +138,13 @@ func restoreNewestSnapshot(dataDir string, store *raft.FileSnapshotStore, fsm *t
 // lockFile guards a data dir against a second process (or node) using it.
 const lockFile = "LOCK"
 
-// lockDataDir takes an exclusive, non-blocking flock on dataDir/LOCK, held
-// until the returned file is closed.
+// lockDataDir creates dataDir if needed and takes an exclusive,
+// non-blocking flock on dataDir/LOCK, held until the returned file is
+// closed.
 func lockDataDir(dataDir string) (*os.File, error) {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, &DataError{File: dataDir, Err: err}
+	}
 	p := filepath.Join(dataDir, lockFile)
 	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
@@ -183,18 +187,13 @@ func (p *raftParts) close() error {
 	return errors.Join(errs...)
 }
 
-// openRaft opens (or bootstraps) the single-voter Raft under dataDir.
-func openRaft(cfg *Config, fsm *ticket.FSM, notify chan bool, log *slog.Logger) (*raftParts, error) {
+// openRaft opens (or bootstraps) the single-voter Raft under dataDir. It
+// takes ownership of lock (lockDataDir's) and closes it on failure.
+func openRaft(cfg *Config, lock *os.File, fsm *ticket.FSM, notify chan bool, log *slog.Logger) (*raftParts, error) {
 	dataDir := cfg.Cluster.Raft.DataDir
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return nil, &DataError{File: dataDir, Err: err}
-	}
 	raftLog := &hclogWriter{log: log.With("component", "raft")}
-	p := &raftParts{dbPath: filepath.Join(dataDir, raftDBFile)}
+	p := &raftParts{lock: lock, dbPath: filepath.Join(dataDir, raftDBFile)}
 	var err error
-	if p.lock, err = lockDataDir(dataDir); err != nil {
-		return nil, err
-	}
 	p.snaps, err = raft.NewFileSnapshotStore(dataDir, retainSnaps, raftLog)
 	if err != nil {
 		p.close()

@@ -3,6 +3,8 @@ package node
 import (
 	"sync"
 	"time"
+
+	"github.com/tckclk/tckclk/node/api"
 )
 
 // Stage is a readiness stage of SPEC §3.5, reported by /readyz and
@@ -12,13 +14,16 @@ type Stage string
 // Stages, in start-up order. Only StageReady serves clients.
 const (
 	StageStarting   Stage = "starting"    // config, secrets, stores
-	StageClockCheck Stage = "clock_check" // clock health proving itself (issue 5)
+	StageClockCheck Stage = "clock_check" // with an agent: 3 consecutive healthy samples before Raft opens
 	StageRaft       Stage = "raft"        // Raft started, no leader yet
 	StageReplay     Stage = "replay"      // leader committing its Barrier: replaying the log
 	StageUniform    Stage = "uniform"     // cluster mode: voters agree on Δ and version
 	StageReady      Stage = "ready"
 	StageFailed     Stage = "failed"
 	StageStopping   Stage = "stopping"
+	// StageHoldOff is what /readyz reports while a restart after a FAILED
+	// clock refuses Grant and Expire (SPEC §4); the node is otherwise ready.
+	StageHoldOff Stage = "hold_off"
 )
 
 // Readiness holds the node's current stage and, when not ready, why. It is
@@ -52,8 +57,8 @@ func (r *Readiness) Get() (Stage, string) {
 
 // ClockGuard is the node's view of clock health: Check is called before
 // every Grant, Renew and Expire proposal; a non-nil error refuses the
-// proposal (503 with the reason) and pauses the expiry loop. Issue 5's
-// node/clockhealth provides the real one.
+// proposal (503 with the reason) and pauses the expiry loop. The default is
+// the node/clockhealth monitor built from the clock: section.
 type ClockGuard interface {
 	Check() error
 }
@@ -61,30 +66,7 @@ type ClockGuard interface {
 // ClockReporter is optionally implemented by a ClockGuard to describe
 // itself in /v1/status.
 type ClockReporter interface {
-	ClockStatus() ClockInfo
-}
-
-// ClockInfo is what a ClockReporter says about the clock.
-type ClockInfo struct {
-	Source           string // "agent" or "host"
-	Stage            string
-	Healthy          bool
-	BoundMs          uint64
-	LastSampleUnixMs uint64
-	Reason           string
-	DevReference     bool
-}
-
-// HostClock is the default ClockGuard: single-node mode without an agent
-// trusts the host clock and always passes.
-type HostClock struct{}
-
-// Check always passes.
-func (HostClock) Check() error { return nil }
-
-// ClockStatus describes the host clock.
-func (HostClock) ClockStatus() ClockInfo {
-	return ClockInfo{Source: "host", Stage: "trusted", Healthy: true}
+	ClockStatus() api.ClockStatus
 }
 
 // WallClock is the wall time the node stamps entries with.

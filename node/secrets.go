@@ -2,10 +2,10 @@ package node
 
 import (
 	"crypto/subtle"
-	"os"
 
 	"github.com/tckclk/tckclk/internal/config"
 	"github.com/tckclk/tckclk/internal/secret"
+	"github.com/tckclk/tckclk/node/clockhealth"
 )
 
 // apiSecrets are the bearer tokens of the API.
@@ -22,9 +22,12 @@ type namedSecret struct {
 // loadSecrets reads api.token_file and api.admin_token_file (owner-only
 // files, at least 32 bytes) and checks that every secret the node knows is
 // distinct from every other (SPEC §1.4, §4.1): client token, admin token,
-// the clock-agent secret(s) and the gossip key. Errors name the key; no
-// error ever contains a secret.
-func loadSecrets(cfg *Config) (apiSecrets, error) {
+// the clock-agent secret(s) and the gossip key. clock holds the resolved
+// clock secrets when an agent is configured (whatever their source: file,
+// CLUSTER_CLOCK_AGENT_SECRET or CLUSTER_CLOCK_AGENT_SECRET_FILE); without
+// one, the clock secret files and variable are compared if set. Errors name
+// the key; no error ever contains a secret.
+func loadSecrets(cfg *Config, env secret.Lookup, clock *clockhealth.Secrets) (apiSecrets, error) {
 	var out apiSecrets
 	var all []namedSecret
 	read := func(key, path string) ([]byte, error) {
@@ -50,11 +53,24 @@ func loadSecrets(cfg *Config) (apiSecrets, error) {
 		out.admin = b
 		all = append(all, namedSecret{"api.admin_token_file", b})
 	}
-	for _, c := range []struct{ key, path string }{
-		{"clock.secret_file", cfg.Clock.SecretFile},
-		{"clock.next_secret_file", cfg.Clock.NextSecretFile},
-		{"cluster.membership.secret_file", cfg.Cluster.Membership.SecretFile},
-	} {
+	files := []struct{ key, path string }{{"cluster.membership.secret_file", cfg.Cluster.Membership.SecretFile}}
+	if clock != nil {
+		key := "clock.secret_file"
+		if v, ok := env(secret.EnvSecret); ok && v != "" {
+			key = "environment " + secret.EnvSecret
+		}
+		all = append(all, namedSecret{key, clock.Current.Bytes()})
+		if !clock.Next.IsZero() {
+			all = append(all, namedSecret{"clock.next_secret_file", clock.Next.Bytes()})
+		}
+	} else {
+		files = append(files, struct{ key, path string }{"clock.secret_file", cfg.Clock.SecretFile},
+			struct{ key, path string }{"clock.next_secret_file", cfg.Clock.NextSecretFile})
+		if v, ok := env(secret.EnvSecret); ok && v != "" {
+			all = append(all, namedSecret{"environment " + secret.EnvSecret, []byte(v)})
+		}
+	}
+	for _, c := range files {
 		if c.path == "" {
 			continue
 		}
@@ -63,9 +79,6 @@ func loadSecrets(cfg *Config) (apiSecrets, error) {
 			return out, config.Errorf(c.key, "%v", err)
 		}
 		all = append(all, namedSecret{c.key, b})
-	}
-	if v, ok := os.LookupEnv(secret.EnvSecret); ok && v != "" {
-		all = append(all, namedSecret{"environment " + secret.EnvSecret, []byte(v)})
 	}
 	if k := cfg.Cluster.Membership.SecretKey; k != "" {
 		all = append(all, namedSecret{"cluster.membership.secret_key", []byte(k)})

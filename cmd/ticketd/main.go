@@ -3,7 +3,9 @@
 //	ticketd --config ticketd.yaml [--data-dir D] [--http ADDR] [--print-config]
 //
 // With no config it runs a single node with data in ./ticketd-data and the
-// API on 127.0.0.1:7980. Every config key is also a flag (--clock.delta_ms
+// API on 127.0.0.1:7980, trusting the host clock but watching it for
+// rollbacks and steps; with clock.agent_addr(s) it proves its clock through
+// TCKCLK/2 agents first (clock_check) and fails closed (SPEC §3). Every config key is also a flag (--clock.delta_ms
 // 500); secrets come only from files or the environment. Exit status: 0 ok,
 // 1 runtime failure, 2 bad usage or configuration.
 package main
@@ -21,6 +23,7 @@ import (
 
 	"github.com/tckclk/tckclk/internal/config"
 	"github.com/tckclk/tckclk/node"
+	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 
@@ -99,11 +102,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // exitCode maps Run's error to 2 (configuration: the config contradicts
-// itself, the environment or the data dir's Δ or node ID) or 1 (runtime).
+// itself, the environment or the data dir's Δ or node ID, or the data dir
+// is retired — restarting cannot help) or 1 (runtime, including a clock
+// that failed clock_check or FAILED later).
 func exitCode(err error) int {
 	var ce *config.Error
 	var ie *node.IdentityError
-	if errors.As(err, &ce) || errors.As(err, &ie) || errors.Is(err, ticket.ErrDeltaMismatch) {
+	if errors.As(err, &ce) || errors.As(err, &ie) || errors.Is(err, ticket.ErrDeltaMismatch) || errors.Is(err, clockhealth.ErrRetired) {
 		return 2
 	}
 	return 1

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tckclk/tckclk/internal/config"
 	"github.com/tckclk/tckclk/node"
+	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/ticket"
 	"go.uber.org/goleak"
 )
@@ -64,7 +65,11 @@ func TestConfigErrorsExit2(t *testing.T) {
 		{"Δ out of range", []string{"--clock.delta_ms", "60001"}, "clock.delta_ms: 60001 is outside 2..=60000"},
 		{"Δ 1", []string{"--clock.delta_ms", "1"}, "clock.delta_ms"},
 		{"cluster enabled", []string{"--config", writeConfig(t, "cluster:\n  enabled: true\n")}, "cluster.enabled: cluster mode is not available yet"},
-		{"agent configured", []string{"--clock.agent_addrs", "10.0.0.1:7970,10.0.0.2:7970"}, "clock.agent_addrs: clock agents are not supported by this build yet (agent support is wired in by issue 5)"},
+		{"agent without a secret", []string{"--clock.agent_addrs", "127.0.0.1:1,127.0.0.1:2", "--data-dir", t.TempDir()}, "clock.secret_file: secret: no clock secret"},
+		{"agent address", []string{"--clock.agent_addr", "nohost"}, "clock.agent_addr: \"nohost\" is not HOST:PORT"},
+		{"dev_reference without an agent", []string{"--clock.dev_reference"}, "clock.dev_reference: set, but no agent is configured"},
+		{"probe timeout above the interval", []string{"--clock.probe_interval_ms", "200", "--clock.probe_timeout_ms", "300"}, "clock.probe_timeout_ms: 300 is outside 1..=probe_interval_ms (200)"},
+		{"limit above Δ/2", []string{"--clock.max_rtt_ms", "251"}, "clock.max_rtt_ms: 251 is outside 1..=Δ/2 (250 for delta_ms 500)"},
 		{"bad api addr", []string{"--http", "nonsense"}, "api.addr"},
 		{"tls paths without enabled", []string{"--api.tls.cert_file", "/x.pem"}, "api.tls.enabled"},
 		{"missing config file", []string{"--config", "/nonexistent/ticketd.yaml"}, "no such file"},
@@ -113,6 +118,8 @@ func TestExitCodes(t *testing.T) {
 		{&node.IdentityError{Name: "n"}, 2},
 		{&node.DataError{File: "raft.db", Err: ticket.ErrChecksum}, 1},
 		{errors.New("listen: address in use"), 1},
+		{fmt.Errorf("node: %w", &clockhealth.RetiredError{Dir: "d", Reason: "rollback"}), 2},
+		{fmt.Errorf("node: clock_check failed: %w", &clockhealth.Error{Reason: "connect"}), 1},
 	} {
 		if got := exitCode(c.err); got != c.code {
 			t.Errorf("%v: exit %d, want %d", c.err, got, c.code)

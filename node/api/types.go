@@ -1,6 +1,7 @@
 package api
 
 import (
+	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 
@@ -80,7 +81,17 @@ type ErrorBody struct {
 type Health struct {
 	Status string `json:"status"` // "ok" or "unavailable"
 	Stage  string `json:"stage,omitempty"`
+	// Reason says why the node is not ready; on a FAILED clock it is the
+	// SPEC §1.5 reason (rollback, mac, …).
 	Reason string `json:"reason,omitempty"`
+	// Detail is the longer human text (the FAILED error, the clock_check
+	// progress, the hold-off instant).
+	Detail string `json:"detail,omitempty"`
+	// HoldOffUntilUnixMs is set while Grant and Expire are refused after a
+	// restart that followed a FAILED clock (SPEC §4).
+	HoldOffUntilUnixMs uint64 `json:"hold_off_until_unix_ms,omitempty"`
+	// DevReference: the clock agent is a development reference (SPEC §2.2).
+	DevReference bool `json:"dev_reference,omitempty"`
 }
 
 // Status is the answer of GET /v1/status.
@@ -94,6 +105,7 @@ type Status struct {
 	Reason             string      `json:"reason,omitempty"`
 	DeltaMs            uint64      `json:"delta_ms"`
 	HoldOffUntilUnixMs uint64      `json:"hold_off_until_unix_ms,omitempty"`
+	HoldOffCause       string      `json:"hold_off_cause,omitempty"` // why: the FAILED marker found at start
 	TicketsActive      int         `json:"tickets_active"`
 	Raft               RaftStatus  `json:"raft"`
 	Clock              ClockStatus `json:"clock"`
@@ -108,15 +120,28 @@ type RaftStatus struct {
 	LastSnapshotIndex uint64 `json:"last_snapshot_index"`
 }
 
-// ClockStatus is the clock-health part of Status (SPEC §3.5).
+// ClockStatus is the clock-health part of Status (SPEC §3, §3.5).
 type ClockStatus struct {
 	Source           string `json:"source"` // "host" (no agent) or "agent"
-	Stage            string `json:"stage"`
+	Stage            string `json:"stage"`  // the clock's readiness stage (clock_check … ready, failed)
+	StageDetail      string `json:"stage_detail,omitempty"`
 	Healthy          bool   `json:"healthy"`
-	BoundMs          uint64 `json:"bound_ms,omitempty"`
+	BoundMs          uint64 `json:"bound_ms"`       // running bound at this evaluation
+	BoundLimitMs     uint64 `json:"bound_limit_ms"` // Δ/2
+	DeltaMs          uint64 `json:"delta_ms"`
 	LastSampleUnixMs uint64 `json:"last_sample_unix_ms,omitempty"`
-	Reason           string `json:"reason,omitempty"`
-	DevReference     bool   `json:"dev_reference,omitempty"`
+	SinceSampleMs    uint64 `json:"since_sample_ms"`
+	StalenessMs      uint64 `json:"staleness_ms,omitempty"`
+	Reason           string `json:"reason,omitempty"` // SPEC §1.5 reason once FAILED
+	Error            string `json:"error,omitempty"`  // the FAILED error
+	FailedStage      string `json:"failed_stage,omitempty"`
+	ClockStages      string `json:"clock_stages,omitempty"` // host mode: why the clock stages are skipped
+	DevReference     bool   `json:"dev_reference"`
+	// FailedMarker says whether this process recorded its FAILED in the data
+	// dir ("written"), and otherwise why not.
+	FailedMarker string                    `json:"failed_marker,omitempty"`
+	LastSample   *clockhealth.SampleStatus `json:"last_sample,omitempty"`
+	Agents       []clockhealth.AgentStatus `json:"agents,omitempty"`
 }
 
 // Member is one entry of GET /v1/cluster/members.

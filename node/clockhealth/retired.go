@@ -36,20 +36,30 @@ func (e *RetiredError) Is(target error) bool { return target == ErrRetired }
 
 const maxMarker = 4096
 
-// WriteRetired writes the retired marker into dataDir durably: a temporary
-// file, fsync, rename, then fsync of the directory. reason is one line of
-// text (typically the FAILED error); newlines are flattened.
+// WriteRetired writes the retired marker into dataDir durably (WriteMarker).
+// reason is one line of text (typically the FAILED error); newlines are
+// flattened.
 func WriteRetired(dataDir, reason string) error {
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+	body := "retired: the clock of this node FAILED after it joined (SPEC 3.4)\n" +
+		"reason: " + oneLine(reason) + "\n" +
+		"action: bring up a new node with a new NodeId and an empty data dir; never restart this one\n"
+	if err := WriteMarker(dataDir, RetiredFile, body); err != nil {
 		return fmt.Errorf("clockhealth: retired marker: %w", err)
 	}
-	reason = oneLine(reason)
-	body := "retired: the clock of this node FAILED after it joined (SPEC 3.4)\n" +
-		"reason: " + reason + "\n" +
-		"action: bring up a new node with a new NodeId and an empty data dir; never restart this one\n"
-	f, err := os.CreateTemp(dataDir, "."+RetiredFile+"-*")
+	return nil
+}
+
+// WriteMarker writes a marker file name into dataDir durably: a temporary
+// file, fsync, rename, then fsync of the directory, so after it returns the
+// marker survives a crash or power loss. The node's single-node FAILED
+// marker uses it too.
+func WriteMarker(dataDir, name, body string) error {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dataDir, "."+name+"-*")
 	if err != nil {
-		return fmt.Errorf("clockhealth: retired marker: %w", err)
+		return err
 	}
 	tmp := f.Name()
 	_, werr := f.WriteString(body)
@@ -60,19 +70,32 @@ func WriteRetired(dataDir, reason string) error {
 		werr = cerr
 	}
 	if werr == nil {
-		werr = os.Rename(tmp, filepath.Join(dataDir, RetiredFile))
+		werr = os.Rename(tmp, filepath.Join(dataDir, name))
 	}
 	if werr != nil {
 		_ = os.Remove(tmp)
-		return fmt.Errorf("clockhealth: retired marker: %w", werr)
+		return werr
 	}
-	d, err := os.Open(dataDir)
+	return syncDir(dataDir)
+}
+
+// RemoveMarker removes a marker file durably (the directory is fsynced); a
+// missing marker is not an error.
+func RemoveMarker(dataDir, name string) error {
+	if err := os.Remove(filepath.Join(dataDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return syncDir(dataDir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
 	if err != nil {
-		return fmt.Errorf("clockhealth: retired marker: syncing %s: %w", dataDir, err)
+		return fmt.Errorf("syncing %s: %w", dir, err)
 	}
 	defer d.Close()
 	if err := d.Sync(); err != nil {
-		return fmt.Errorf("clockhealth: retired marker: syncing %s: %w", dataDir, err)
+		return fmt.Errorf("syncing %s: %w", dir, err)
 	}
 	return nil
 }

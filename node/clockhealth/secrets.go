@@ -1,8 +1,7 @@
 package clockhealth
 
 import (
-	"fmt"
-
+	"github.com/tckclk/tckclk/internal/config"
 	"github.com/tckclk/tckclk/internal/secret"
 	"github.com/tckclk/tckclk/protocol"
 )
@@ -16,17 +15,18 @@ type Secrets struct {
 
 // LoadSecrets resolves clock.secret_file (or the CLUSTER_CLOCK_AGENT_SECRET*
 // environment, SPEC §1.4) and clock.next_secret_file. env is os.LookupEnv in
-// production. Errors name the key and never the value.
+// production. Errors are *config.Error naming the key (a start-up
+// configuration problem), never the value.
 func LoadSecrets(cfg *Config, env secret.Lookup) (Secrets, error) {
 	cur, err := secret.LoadClock(env, cfg.SecretFile)
 	if err != nil {
-		return Secrets{}, fmt.Errorf("clock.secret_file: %w", err)
+		return Secrets{}, config.Errorf("clock.secret_file", "%v", err)
 	}
 	s := Secrets{Current: cur}
 	if cfg.NextSecretFile != "" {
 		next, err := secret.ReadFile(cfg.NextSecretFile)
 		if err != nil {
-			return Secrets{}, fmt.Errorf("clock.next_secret_file: %w", err)
+			return Secrets{}, config.Errorf("clock.next_secret_file", "%v", err)
 		}
 		s.Next = next
 	}

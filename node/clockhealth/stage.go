@@ -65,7 +65,13 @@ func (e *Error) Error() string {
 	return s
 }
 
-func (e *Error) Unwrap() error { return e.Err }
+// Unwrap returns the *protocol.Error (nil, not a typed nil, when unset).
+func (e *Error) Unwrap() error {
+	if e.Err == nil {
+		return nil
+	}
+	return e.Err
+}
 
 // StageError says which stage a not-yet-ready node is in (a 503 for /readyz).
 type StageError struct {
