@@ -89,6 +89,7 @@ type Node struct {
 	metrics *api.Metrics
 
 	barrierTerm   atomic.Uint64 // term in which this leader's Barrier committed
+	expiryRounds  atomic.Uint64 // rounds of the expiry loop (tests wait on it)
 	leaderChanges prometheus.Counter
 }
 

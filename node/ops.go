@@ -274,6 +274,7 @@ func (n *Node) expiryLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		n.expiryRounds.Add(1)
 		refusal := ""
 		if err := n.guard.Check(); err != nil {
 			refusal = "clock: " + err.Error()

@@ -201,6 +201,9 @@ func (c *Client) Ready(ctx context.Context) (*api.Health, error) {
 			_ = json.Unmarshal(raw, &h)
 			e.Stage, e.Reason = h.Stage, h.Reason
 			e.ErrorBody.Error, e.Message = "unavailable", "not ready: stage "+h.Stage
+			if h.Detail != "" {
+				e.Message += ": " + h.Detail
+			}
 		}
 		return nil, err
 	}
