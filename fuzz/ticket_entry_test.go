@@ -34,6 +34,7 @@ func entrySeeds() [][]byte {
 		{Op: ticket.OpGrant, NowMs: now, RecvMs: now - 1, Name: "db.migrate:1", Holder: "worker-1", LeaseS: 30, ExpiryMs: now + 30000 + 500},
 		{Op: ticket.OpRenew, NowMs: now, RecvMs: now, Name: "a", Holder: "h", Token: 7, LeaseS: 250, ExpiryMs: now + 250000 + 2},
 		{Op: ticket.OpRelease, NowMs: now, Name: "a", Holder: "h", Token: 7},
+		{Op: ticket.OpGrant, NowMs: now, RecvMs: now, Name: "b", Holder: " spaced holder ", LeaseS: 1, ExpiryMs: now + 1000 + 500},
 		{Op: ticket.OpExpire, NowMs: now, Name: "a", Token: 7},
 	} {
 		b, err := ticket.EncodeEntry(&e)

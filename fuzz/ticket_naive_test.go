@@ -16,7 +16,7 @@ import (
 
 var (
 	naiveName   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
-	naiveHolder = regexp.MustCompile(`^[\x21-\x7e]{1,128}$`)
+	naiveHolder = regexp.MustCompile(`^[\x20-\x7e]{1,128}$`) // SPEC §4: printable ASCII, space included
 	naiveCRC    = crc32.MakeTable(crc32.Castagnoli)
 )
 

@@ -25,7 +25,7 @@ func snapshotSeeds() [][]byte {
 		now := uint64(1_700_000_000_001)
 		for i := range n {
 			name := string(rune('a' + i))
-			apply(ticket.Entry{Op: ticket.OpGrant, NowMs: now, RecvMs: now - 1, Name: name, Holder: "h" + name, LeaseS: uint8(10 + i), ExpiryMs: now + uint64(10+i)*1000 + 500})
+			apply(ticket.Entry{Op: ticket.OpGrant, NowMs: now, RecvMs: now - 1, Name: name, Holder: "holder " + name, LeaseS: uint8(10 + i), ExpiryMs: now + uint64(10+i)*1000 + 500})
 		}
 		s, err := fsm.Snapshot()
 		if err != nil {

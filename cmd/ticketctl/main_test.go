@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -141,6 +142,32 @@ func TestSession(t *testing.T) {
 	r = ctl(t, env, "cluster", "--admin-token-file", adminFile)
 	if r.code != 0 || !strings.Contains(r.out, "node-1") || !strings.Contains(r.out, "voter") {
 		t.Fatalf("cluster: %+v", r)
+	}
+}
+
+// SPEC §4: holders may hold spaces; tables quote such a holder so the
+// column stays unambiguous, --json carries it verbatim, and renew/release
+// by that holder work.
+func TestHolderWithSpaces(t *testing.T) {
+	addr, _ := startNode(t)
+	env := map[string]string{"TICKETCTL_ADDR": addr}
+	r := ctl(t, env, "grant", "spaced", "--holder", "alice smith ", "--lease", "30")
+	if r.code != 0 || !strings.Contains(r.out, `holder          "alice smith "`) {
+		t.Fatalf("grant: %+v", r)
+	}
+	r = ctl(t, env, "list")
+	if r.code != 0 || !strings.Contains(r.out, `spaced  "alice smith "`) {
+		t.Fatalf("list: %+v", r)
+	}
+	r = ctl(t, env, "get", "spaced", "--json")
+	var got api.Ticket
+	if r.code != 0 || json.Unmarshal([]byte(r.out), &got) != nil || got.Holder != "alice smith " {
+		t.Fatalf("get --json: %+v", r)
+	}
+	env["TICKETCTL_HOLDER"] = "alice smith "
+	r = ctl(t, env, "release", "spaced", "--token", strconv.FormatUint(got.Token, 10))
+	if r.code != 0 || !strings.Contains(r.out, `released spaced (holder "alice smith ", token`) {
+		t.Fatalf("release: %+v", r)
 	}
 }
 

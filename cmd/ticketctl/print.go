@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -39,7 +40,7 @@ func (p printer) lease(l *client.Lease) {
 	}
 	w := p.table()
 	fmt.Fprintf(w, "ticket\t%s\n", l.Name)
-	fmt.Fprintf(w, "holder\t%s\n", l.Holder)
+	fmt.Fprintf(w, "holder\t%s\n", showHolder(l.Holder))
 	fmt.Fprintf(w, "token\t%d\n", l.Token)
 	fmt.Fprintf(w, "lease\t%ds\n", l.LeaseS)
 	fmt.Fprintf(w, "valid before\t%s  conservative, leader's clock\n", p.wall(l.ConservativeValidBeforeUnixMs))
@@ -53,7 +54,7 @@ func (p printer) released(r *api.Released) {
 		printJSON(p.out, r)
 		return
 	}
-	fmt.Fprintf(p.out, "released %s (holder %s, token %d)\n", r.Name, r.Holder, r.Token)
+	fmt.Fprintf(p.out, "released %s (holder %s, token %d)\n", r.Name, showHolder(r.Holder), r.Token)
 }
 
 func (p printer) tickets(ts []api.Ticket, truncated bool, raw any) {
@@ -68,7 +69,7 @@ func (p printer) tickets(ts []api.Ticket, truncated bool, raw any) {
 	w := p.table()
 	fmt.Fprintln(w, "NAME\tHOLDER\tTOKEN\tLEASE\tVALID BEFORE (conservative)\tSERVER EXPIRY (not a client deadline)")
 	for _, t := range ts {
-		fmt.Fprintf(w, "%s\t%s\t%d\t%ds\t%s\t%s\n", t.Name, t.Holder, t.Token, t.LeaseS,
+		fmt.Fprintf(w, "%s\t%s\t%d\t%ds\t%s\t%s\n", t.Name, showHolder(t.Holder), t.Token, t.LeaseS,
 			p.wall(t.ConservativeValidBeforeUnixMs), p.wall(t.ServerExpiryUnixMs))
 	}
 	w.Flush()
@@ -116,6 +117,16 @@ func (p printer) status(s *api.Status) {
 		row("hold-off", "Grant and Expire refused until "+p.wall(s.HoldOffUntilUnixMs))
 	}
 	w.Flush()
+}
+
+// showHolder prints a holder for a table: as is, or quoted when it holds a
+// space or a quote (SPEC §4 allows spaces, even leading, trailing or only
+// spaces), so the column stays readable and unambiguous.
+func showHolder(h string) string {
+	if strings.ContainsAny(h, " \"") {
+		return strconv.Quote(h)
+	}
+	return h
 }
 
 func reasonSuffix(r string) string {

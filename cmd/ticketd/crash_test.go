@@ -1,17 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -19,86 +14,6 @@ import (
 
 	"github.com/tckclk/tckclk/node/api/client"
 )
-
-// buildTicketd compiles this command into a temp dir.
-func buildTicketd(t *testing.T) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	bin := filepath.Join(t.TempDir(), "ticketd")
-	out, err := exec.Command(goBin, "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-type proc struct {
-	cmd  *exec.Cmd
-	addr string
-	done chan error
-	tr   *http.Transport
-	c    *client.Client
-}
-
-// startTicketd runs the binary on dataDir with the API on a free loopback
-// port and waits for /readyz.
-func startTicketd(t *testing.T, bin, dataDir string) *proc {
-	t.Helper()
-	cmd := exec.Command(bin, "--data-dir", dataDir, "--http", "127.0.0.1:0", "--log.format", "json")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, done: make(chan error, 1), tr: &http.Transport{MaxIdleConnsPerHost: 64}}
-	addrCh := make(chan string, 1)
-	logDone := make(chan struct{})
-	go func() {
-		defer close(logDone)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			var rec struct{ Msg, Addr string }
-			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "API listening" {
-				addrCh <- rec.Addr
-			}
-		}
-		io.Copy(io.Discard, stderr)
-	}()
-	go func() {
-		<-logDone
-		p.done <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-p.done
-		}
-		p.tr.CloseIdleConnections()
-	})
-	select {
-	case p.addr = <-addrCh:
-	case err := <-p.done:
-		t.Fatalf("ticketd exited before listening: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("ticketd did not report its address")
-	}
-	p.c, _ = client.New(p.addr, client.WithHTTPClient(&http.Client{Transport: p.tr, Timeout: 10 * time.Second}))
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := p.c.Ready(context.Background()); err == nil {
-			return p
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("ticketd not ready after 30s")
-		}
-		time.Sleep(10 * time.Millisecond) // poll interval of a readiness probe with a deadline
-	}
-}
 
 type acked struct {
 	holder    string
@@ -116,9 +31,8 @@ func TestKill9UnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and kills a real ticketd")
 	}
-	bin := buildTicketd(t)
 	dir := filepath.Join(t.TempDir(), "data")
-	p := startTicketd(t, bin, dir)
+	p := startTicketd(t, dir)
 
 	var mu sync.Mutex
 	state := map[string]*acked{}
@@ -190,7 +104,7 @@ func TestKill9UnderLoad(t *testing.T) {
 	wg.Wait()
 	p.tr.CloseIdleConnections()
 
-	p2 := startTicketd(t, bin, dir)
+	p2 := startTicketd(t, dir)
 	mu.Lock()
 	defer mu.Unlock()
 	var withExpiry, released int

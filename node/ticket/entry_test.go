@@ -72,7 +72,8 @@ func TestDecodeEntryRefuses(t *testing.T) {
 		}), ErrFormat, "trailing"},
 		{"bad name", withBody(func(e *Entry) { e.Name = "-x" }), ErrFormat, "name must start"},
 		{"empty name", withBody(func(e *Entry) { e.Name = "" }), ErrFormat, "name is empty"},
-		{"holder with space", withBody(func(e *Entry) { e.Holder = "a b" }), ErrFormat, "holder has byte 0x20"},
+		{"holder with tab", withBody(func(e *Entry) { e.Holder = "a\tb" }), ErrFormat, "holder has byte 0x09"},
+		{"holder with DEL", withBody(func(e *Entry) { e.Holder = "a\x7f" }), ErrFormat, "holder has byte 0x7f"},
 		{"lease 0", withBody(func(e *Entry) { e.LeaseS = 0; e.ExpiryMs = e.NowMs + 500 }), ErrFormat, "lease_s 0"},
 		{"lease 251", withBody(func(e *Entry) { e.LeaseS = 251; e.ExpiryMs = e.NowMs + 251000 + 500 }), ErrFormat, "lease_s 251"},
 		{"recv after now", withBody(func(e *Entry) { e.RecvMs = e.NowMs + 1 }), ErrFormat, "after now_ms"},
@@ -125,12 +126,13 @@ func TestValidNameHolderLease(t *testing.T) {
 			t.Errorf("ValidName(%q) accepted", n)
 		}
 	}
-	for _, h := range []string{"h", "!~", strings.Repeat("h", 128), "user@host:1"} {
+	// SPEC §4: holder is 1..=128 printable ASCII, the space (0x20) included.
+	for _, h := range []string{"h", "!~", strings.Repeat("h", 128), "user@host:1", " ", "a b", " lead", "trail ", strings.Repeat(" ", 128)} {
 		if err := ValidHolder(h); err != nil {
 			t.Errorf("ValidHolder(%q): %v", h, err)
 		}
 	}
-	for _, h := range []string{"", " ", "a b", "a\tb", "\x7f", "ü", strings.Repeat("h", 129)} {
+	for _, h := range []string{"", "a\tb", "\x7f", "\x1f", "a\nb", "ü", strings.Repeat("h", 129), strings.Repeat(" ", 129)} {
 		if ValidHolder(h) == nil {
 			t.Errorf("ValidHolder(%q) accepted", h)
 		}

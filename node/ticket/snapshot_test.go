@@ -106,7 +106,7 @@ func TestRestoreRefuses(t *testing.T) {
 		{"expiry without Δ", craft(t, func(s *Snapshot) { s.Tickets[0].ExpiryMs = s.Tickets[0].ValidBeforeMs }), ErrFormat, "earlier than valid_before"},
 		{"unsorted", craft(t, func(s *Snapshot) { s.Tickets[0].Name = "zz" }), ErrFormat, "strictly increasing"},
 		{"token beyond index", craft(t, func(s *Snapshot) { s.Tickets[0].Token = s.Index + 1 }), ErrFormat, "token"},
-		{"bad holder", craft(t, func(s *Snapshot) { s.Tickets[0].Holder = "a b" }), ErrFormat, "holder"},
+		{"bad holder", craft(t, func(s *Snapshot) { s.Tickets[0].Holder = "a\x1fb" }), ErrFormat, "holder"},
 		{"lease 0", craft(t, func(s *Snapshot) { s.Tickets[0].LeaseS = 0 }), ErrFormat, "lease_s 0"},
 	}
 	for _, c := range cases {

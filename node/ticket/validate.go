@@ -34,8 +34,10 @@ func ValidName(name string) error {
 	return nil
 }
 
-// ValidHolder checks a holder: 1..=128 printable ASCII bytes (0x21–0x7E,
-// the SPEC's "printable"; no spaces or control bytes).
+// ValidHolder checks a holder: 1..=128 printable ASCII bytes, 0x20–0x7E
+// (SPEC §4: the space is printable; control bytes, DEL and non-ASCII are
+// not). Holders are length-prefixed in entries and snapshots, so a space
+// needs no escaping there.
 func ValidHolder(holder string) error {
 	if len(holder) == 0 {
 		return fmt.Errorf("holder is empty; it must be 1..=%d printable ASCII characters", MaxHolderLen)
@@ -44,8 +46,8 @@ func ValidHolder(holder string) error {
 		return fmt.Errorf("holder is %d bytes long; at most %d are allowed", len(holder), MaxHolderLen)
 	}
 	for i := 0; i < len(holder); i++ {
-		if c := holder[i]; c < 0x21 || c > 0x7e {
-			return fmt.Errorf("holder has byte 0x%02x at %d; only printable ASCII 0x21-0x7E is allowed", c, i)
+		if c := holder[i]; c < 0x20 || c > 0x7e {
+			return fmt.Errorf("holder has byte 0x%02x at %d; only printable ASCII 0x20-0x7E (space included) is allowed", c, i)
 		}
 	}
 	return nil

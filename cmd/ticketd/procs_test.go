@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tckclk/tckclk/node/api/client"
+)
+
+// Binaries built once per test run (go build, not -race: these are the
+// real commands), removed by TestMain.
+var built struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// binary returns the path of a command of this module (ticketd,
+// tckclk-agent), building both on first use.
+func binary(t *testing.T, name string) string {
+	t.Helper()
+	built.once.Do(func() {
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		if built.dir, built.err = os.MkdirTemp("", "ticketd-test-bin-"); built.err != nil {
+			return
+		}
+		out, err := exec.Command(goBin, "build", "-o", built.dir+string(os.PathSeparator), ".", "../tckclk-agent").CombinedOutput()
+		if err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return filepath.Join(built.dir, name)
+}
+
+func removeBinaries() {
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+}
+
+// proc is a ticketd process started by a test, logging JSON to a pipe the
+// test reads.
+type proc struct {
+	cmd  *exec.Cmd
+	addr string
+	done chan error // Wait's result, once the process exited and its log is read
+	tr   *http.Transport
+	c    *client.Client
+
+	mu       sync.Mutex
+	log      []string
+	failedCh chan failedEvent // the first "clock health FAILED" log line
+}
+
+// failedEvent is when the test read the FAILED log line, and its reason.
+type failedEvent struct {
+	at     time.Time
+	reason string
+}
+
+// childEnv is this process's environment without the clock-secret
+// variables (SPEC §1.4): a child gets its secret from its config only.
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CLUSTER_CLOCK_AGENT_SECRET") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// spawn starts a built command with childEnv and returns its stderr pipe.
+func spawn(t *testing.T, name string, args ...string) (*exec.Cmd, io.ReadCloser) {
+	t.Helper()
+	cmd := exec.Command(binary(t, name), args...)
+	cmd.Env = childEnv()
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, stderr
+}
+
+// startProc starts ticketd with args (plus JSON logging) and waits until it
+// reports its API address; it does not wait for readiness. ok false means
+// the process exited first (its exit is then in done). The process is
+// killed at cleanup if still running.
+func startProc(t *testing.T, args ...string) (p *proc, ok bool) {
+	t.Helper()
+	cmd, stderr := spawn(t, "ticketd", append(args, "--log.format", "json")...)
+	p = &proc{cmd: cmd, done: make(chan error, 1), tr: &http.Transport{MaxIdleConnsPerHost: 64}, failedCh: make(chan failedEvent, 1)}
+	addrCh := make(chan string, 1)
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		sawFailed := false
+		for sc.Scan() {
+			var rec struct{ Msg, Addr, Reason string }
+			_ = json.Unmarshal(sc.Bytes(), &rec)
+			switch {
+			case rec.Msg == "API listening":
+				addrCh <- rec.Addr
+			case strings.HasPrefix(rec.Msg, "clock health FAILED") && !sawFailed:
+				sawFailed = true
+				p.failedCh <- failedEvent{at: time.Now(), reason: rec.Reason}
+			}
+			p.mu.Lock()
+			p.log = append(p.log, sc.Text())
+			p.mu.Unlock()
+		}
+		io.Copy(io.Discard, stderr)
+	}()
+	go func() {
+		<-logDone
+		p.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			<-p.done
+		}
+		p.tr.CloseIdleConnections()
+		if t.Failed() {
+			t.Logf("ticketd %v log:\n%s", args, p.logText())
+		}
+	})
+	select {
+	case p.addr = <-addrCh:
+	case err := <-p.done:
+		p.done <- err
+		return p, false
+	case <-time.After(30 * time.Second):
+		t.Fatal("ticketd did not report its address")
+	}
+	p.c, _ = client.New(p.addr, client.WithHTTPClient(&http.Client{Transport: p.tr, Timeout: 10 * time.Second}))
+	return p, true
+}
+
+func (p *proc) logText() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.log, "\n")
+}
+
+// waitReady polls /readyz (every 10 ms) until it answers 200.
+func (p *proc) waitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		_, err := p.c.Ready(context.Background())
+		if err == nil {
+			return nil
+		}
+		select {
+		case exit := <-p.done:
+			p.done <- exit
+			return fmt.Errorf("ticketd exited before it was ready (%v)", exit)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after %v: %v", timeout, err)
+		}
+		time.Sleep(10 * time.Millisecond) // poll interval of a readiness probe with a deadline
+	}
+}
+
+// exitCodeOf waits for the process to exit and returns its status.
+func (p *proc) exitCodeOf(timeout time.Duration) (int, error) {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode(), nil
+		}
+		if err != nil {
+			return -1, err
+		}
+		return 0, nil
+	case <-time.After(timeout):
+		return -1, fmt.Errorf("still running after %v", timeout)
+	}
+}
+
+// startTicketd runs ticketd on dataDir with the API on a free loopback port
+// (no config: host clock) and waits for /readyz.
+func startTicketd(t *testing.T, dataDir string) *proc {
+	t.Helper()
+	p, ok := startProc(t, "--data-dir", dataDir, "--http", "127.0.0.1:0")
+	if !ok {
+		t.Fatalf("ticketd exited before listening: %v\n%s", <-p.done, p.logText())
+	}
+	if err := p.waitReady(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
