@@ -1,0 +1,179 @@
+package fuzz
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/tckclk/tckclk/node/api"
+	"github.com/tckclk/tckclk/node/ticket"
+)
+
+// bodyBackend is an api.Backend that records the one Write the handler
+// asks for and grants it; every other method is unused by these requests.
+type bodyBackend struct {
+	writes []api.Write
+}
+
+func (b *bodyBackend) Write(_ context.Context, w api.Write) (api.Written, error) {
+	b.writes = append(b.writes, w)
+	return api.Written{Result: ticket.Result{Code: ticket.CodeOK, Ticket: ticket.Ticket{
+		Name: w.Name, Holder: w.Holder, Token: max(w.Token, 1), LeaseS: w.LeaseS, ValidBeforeMs: 1_000_000, ExpiryMs: 2_000_000,
+	}}, RecvMs: 1}, nil
+}
+
+var errUnused = errors.New("fuzz: not used by body requests")
+
+func (b *bodyBackend) Get(context.Context, string) (ticket.Ticket, bool, error) {
+	return ticket.Ticket{}, false, errUnused
+}
+func (b *bodyBackend) List(context.Context, string, int) ([]ticket.Ticket, bool, error) {
+	return nil, false, errUnused
+}
+func (b *bodyBackend) Status(context.Context) api.Status                { return api.Status{} }
+func (b *bodyBackend) Readiness() api.Health                            { return api.Health{Status: "ok"} }
+func (b *bodyBackend) Members(context.Context) ([]api.Member, error)    { return nil, errUnused }
+func (b *bodyBackend) TransferLeadership(context.Context, string) error { return errUnused }
+func (b *bodyBackend) RemoveMember(context.Context, string) error       { return errUnused }
+func (b *bodyBackend) Snapshot(context.Context) (api.SnapshotInfo, error) {
+	return api.SnapshotInfo{}, errUnused
+}
+
+// The write requests whose bodies the strict decoder reads (SPEC §4.1).
+var bodyRoutes = []struct {
+	action string
+	op     ticket.Op
+	keys   []string
+}{
+	{"grant", ticket.OpGrant, []string{"holder", "lease_s"}},
+	{"renew", ticket.OpRenew, []string{"holder", "token", "lease_s"}},
+	{"release", ticket.OpRelease, []string{"holder", "token"}},
+}
+
+// naiveBody is the deliberately simple reading of a write body: standard
+// encoding/json into a map, exactly the route's keys, the holder a string
+// of SPEC §4 (1..=128 printable ASCII), lease_s a canonical decimal in
+// 1..=250, token a canonical decimal u64 ≥ 1. It cannot see duplicate
+// keys (a map keeps the last one); the strict decoder refuses them.
+type naiveBody struct {
+	ok     bool
+	holder string
+	lease  uint64
+	token  uint64
+}
+
+func naiveDecode(keys []string, body []byte) naiveBody {
+	var m map[string]json.RawMessage
+	if !json.Valid(body) || json.Unmarshal(body, &m) != nil || m == nil || len(m) != len(keys) {
+		return naiveBody{}
+	}
+	var n naiveBody
+	for _, k := range keys {
+		raw, ok := m[k]
+		if !ok {
+			return naiveBody{}
+		}
+		v := string(raw)
+		switch k {
+		case "holder":
+			if json.Unmarshal(raw, &n.holder) != nil || !strings.HasPrefix(v, `"`) || !naiveHolder.MatchString(n.holder) {
+				return naiveBody{}
+			}
+		case "lease_s": // a negative literal is out of range anyway
+			lease, ok := naiveUint(v)
+			if !ok || lease < 1 || lease > 250 {
+				return naiveBody{}
+			}
+			n.lease = lease
+		case "token":
+			var ok bool
+			if n.token, ok = naiveUint(v); !ok || n.token < 1 {
+				return naiveBody{}
+			}
+		}
+	}
+	n.ok = true
+	return n
+}
+
+// FuzzTicketAPIBody: the API's strict JSON body decoder (DESIGN §11), run
+// through the real handler on grant, renew and release. It never panics;
+// a body it accepts reaches the backend with valid fields equal to the
+// naive reading's; a body it refuses gets a 4xx JSON error and reaches no
+// backend. Both agree on acceptance, except that only the strict decoder
+// sees a key given twice and bodies over api.MaxBody are refused (413).
+func FuzzTicketAPIBody(f *testing.F) {
+	for _, s := range []struct {
+		route uint8
+		body  string
+	}{
+		{0, `{"holder":"h","lease_s":30}`},
+		{0, `{"lease_s":250,"holder":"alice smith"}`},
+		{0, " {\n\t\"holder\" : \" \" , \"lease_s\" : 1 }\n"},
+		{0, `{"holder":"h","lease_s":30,"holder":"h"}`},
+		{0, `{"holder":"h","lease_s":30.0}`},
+		{0, `{"holder":"h","lease_s":3e1}`},
+		{0, `{"holder":"h","lease_s":-0}`},
+		{0, `{"holder":"h","lease_s":"30"}`},
+		{0, `{"holder":null,"lease_s":30}`},
+		{0, `{"holder":["h"],"lease_s":30}`},
+		{0, `{"holder":"\u0068\u0020","lease_s":30}`},
+		{0, `{"holder":"a\u0000","lease_s":30}`},
+		{0, `{"holder":"\ud800","lease_s":30}`},
+		{0, `{"holder":"h","lease_s":30}{}`},
+		{0, `{"holder":"h","lease_s":30,}`},
+		{0, `{"holder":"h","lease_s":99999999999999999999}`},
+		{0, `[]`},
+		{0, ``},
+		{1, `{"holder":"h","token":7,"lease_s":60}`},
+		{1, `{"holder":"h","token":18446744073709551615,"lease_s":60}`},
+		{1, `{"holder":"h","token":18446744073709551616,"lease_s":60}`},
+		{1, `{"holder":"h","token":-1,"lease_s":60}`},
+		{1, `{"holder":"h","token":0,"lease_s":60}`},
+		{2, `{"holder":"h","token":7}`},
+		{2, `{"holder":"h","token":7,"lease_s":1}`},
+		{2, `{"holder":"` + strings.Repeat("x", 129) + `","token":7}`},
+	} {
+		f.Add(s.route, []byte(s.body))
+	}
+	f.Fuzz(func(t *testing.T, route uint8, body []byte) {
+		r := bodyRoutes[int(route)%len(bodyRoutes)]
+		be := &bodyBackend{}
+		h := api.NewHandler(api.Options{Backend: be})
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/tickets/fz/"+r.action, bytes.NewReader(body)))
+		naive := naiveDecode(r.keys, body)
+
+		if len(be.writes) == 0 {
+			var e api.ErrorBody
+			if rec.Code < 400 || rec.Code > 499 || json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Error == "" || e.Message == "" {
+				t.Fatalf("refused body %q: status %d, answer %q; want a 4xx JSON error with a message", body, rec.Code, rec.Body.Bytes())
+			}
+			if naive.ok && len(body) <= api.MaxBody && !strings.Contains(e.Message, "given twice") {
+				t.Fatalf("strict decoder refused %q (%s), the naive one accepts it", body, e.Message)
+			}
+			return
+		}
+		if len(be.writes) != 1 || rec.Code != http.StatusOK {
+			t.Fatalf("accepted body %q: %d writes, status %d", body, len(be.writes), rec.Code)
+		}
+		w := be.writes[0]
+		if w.Op != r.op || w.Name != "fz" || ticket.ValidHolder(w.Holder) != nil {
+			t.Fatalf("accepted body %q gave %+v", body, w)
+		}
+		if (w.Op != ticket.OpGrant) != (w.Token >= 1) || w.Op == ticket.OpGrant && w.Token != 0 {
+			t.Fatalf("accepted body %q gave token %d for %s", body, w.Token, w.Op)
+		}
+		if (w.Op != ticket.OpRelease) != (w.LeaseS >= 1 && w.LeaseS <= 250) || w.Op == ticket.OpRelease && w.LeaseS != 0 {
+			t.Fatalf("accepted body %q gave lease %d for %s", body, w.LeaseS, w.Op)
+		}
+		if !naive.ok || naive.holder != w.Holder || naive.token != w.Token || naive.lease != uint64(w.LeaseS) {
+			t.Fatalf("accepted body %q gave %+v; the naive reading is %+v", body, w, naive)
+		}
+	})
+}
