@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -113,6 +114,33 @@ func TestDeployExampleConfig(t *testing.T) {
 	code, out, errs := runCmd(t, "--config", "../../deploy/ticketd/ticketd.yaml", "--print-config")
 	if code != 0 || !strings.Contains(out, "data_dir: /var/lib/ticketd") || !strings.Contains(out, "delta_ms: 500") {
 		t.Fatalf("exit %d: %s\n%s", code, errs, out)
+	}
+}
+
+// The example's commented clock keys (SPEC §3.3, §8) are real keys whose
+// shown values validate: uncommented (agent_addrs left out: it excludes
+// agent_addr), the file still passes --print-config.
+func TestDeployExampleClockKeys(t *testing.T) {
+	raw, err := os.ReadFile("../../deploy/ticketd/ticketd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	commented := regexp.MustCompile(`^  # ([a-z_]+): (\S+)`)
+	var out []string
+	n := 0
+	for _, l := range strings.Split(string(raw), "\n") {
+		if m := commented.FindStringSubmatch(l); m != nil && m[1] != "agent_addrs" && !strings.HasSuffix(m[1], "_file") {
+			l = "  " + m[1] + ": " + m[2]
+			n++
+		}
+		out = append(out, l)
+	}
+	if n < 10 {
+		t.Fatalf("only %d commented clock keys found in the example", n)
+	}
+	code, printed, errs := runCmd(t, "--config", writeConfig(t, strings.Join(out, "\n")), "--print-config")
+	if code != 0 || !strings.Contains(printed, "agent_addr: 10.0.0.5:7970") || !strings.Contains(printed, "staleness_ms: 3000") {
+		t.Fatalf("exit %d: %s\n%s", code, errs, printed)
 	}
 }
 
