@@ -300,8 +300,15 @@ func TestAgentClockCheckThenFailed(t *testing.T) {
 		st.Clock.LastSample.ErrorBoundMs != 5 || len(st.Clock.Agents) != 1 || st.Clock.Agents[0].OK < 3 || st.Clock.DevReference {
 		t.Fatalf("clock status %+v", st.Clock)
 	}
-	if v := metricLine(t, tn, "clock_error_bound_ms"); v == "" {
-		t.Fatal("clock_error_bound_ms missing from /metrics")
+	// SPEC §5: the clock metrics are on the node's /metrics.
+	for _, series := range []string{"clock_health_state", "clock_error_bound_ms", "clock_sample_rtt_ms",
+		`clock_samples_total{result="ok"}`, `clock_failures_total{reason="mac"}`, "clock_dev_reference"} {
+		if metricLine(t, tn, series) == "" {
+			t.Errorf("%s missing from /metrics", series)
+		}
+	}
+	if v := metricLine(t, tn, "clock_health_state"); v != "1" {
+		t.Errorf("clock_health_state %q when ready", v)
 	}
 
 	wrong := protocol.NewKey([]byte("another-secret-that-is-long-enough-000"))

@@ -259,6 +259,13 @@ func TestBlackBoxMisbehavingAgents(t *testing.T) {
 			if !fileExists(filepath.Join(r.dir, "clock-failed")) {
 				t.Errorf("no FAILED marker in %s", r.dir)
 			}
+			// A FAILED process stays up refusing; stopped, it exits 1.
+			if err := r.p.cmd.Process.Signal(os.Interrupt); err != nil {
+				t.Fatal(err)
+			}
+			if code, err := r.p.exitCodeOf(30 * time.Second); code != 1 {
+				t.Errorf("exit %d (%v) after SIGINT on a FAILED node; want 1", code, err)
+			}
 		})
 	}
 	t.Logf("%d kinds of misbehaviour: closest to the budget %q, %v relative to probe interval + timeout (allowance %v)",
