@@ -75,15 +75,17 @@ func readFailedMarker(dir string) (*priorFailure, error) {
 
 // clearHoldOff removes the FAILED marker of an earlier run once the
 // hold-off has passed and the clock is still healthy. The marker lock
-// orders it against clockFailed: a FAILED that latches meanwhile either
-// sees its own marker written after the removal or stops the removal.
+// orders it against clockFailed: a FAILED latched before the removal is
+// seen (Err) and stops it; one latched after waits for the lock and writes
+// its own marker after the removal. The evaluating Check runs before the
+// lock is taken: it may latch FAILED, and clockFailed takes the same lock.
 func (n *Node) clearHoldOff() {
-	if !n.markerPending.Load() {
+	if !n.markerPending.Load() || n.guard.Check() != nil {
 		return
 	}
 	n.markerMu.Lock()
 	defer n.markerMu.Unlock()
-	if !n.markerPending.Load() || n.guard.Check() != nil {
+	if !n.markerPending.Load() || n.mon != nil && n.mon.Err() != nil {
 		return
 	}
 	if err := clockhealth.RemoveMarker(n.dataDir, failedMarkerFile); err != nil {
