@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tckclk/tckclk/protocol"
+	"github.com/tckclk/tckclk/protocol/vectors"
 )
 
 func TestMain(m *testing.M) {
@@ -232,27 +233,12 @@ func metricValue(t testing.TB, r *running, series string) (string, bool) {
 	return "", false
 }
 
-type vectors struct {
-	InvalidRequests []struct {
-		Name string `json:"name"`
-		Line string `json:"line"`
-	} `json:"invalid_requests"`
-}
-
-// loadVectors reads the committed copy the protocol tests keep
-// byte-identical to ../shared/vectors/tckclk2.json.
-func loadVectors(t testing.TB) vectors {
+// loadVectors returns the shared vectors (protocol/vectors).
+func loadVectors(t testing.TB) *vectors.File {
 	t.Helper()
-	raw, err := os.ReadFile("../protocol/testdata/tckclk2.json")
+	v, err := vectors.Load()
 	if err != nil {
 		t.Fatal(err)
-	}
-	var v vectors
-	if err := json.Unmarshal(raw, &v); err != nil {
-		t.Fatal(err)
-	}
-	if len(v.InvalidRequests) == 0 {
-		t.Fatal("no invalid_requests in the vectors")
 	}
 	return v
 }

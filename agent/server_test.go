@@ -79,11 +79,7 @@ func TestInvalidRequestsGetNoAnswer(t *testing.T) {
 	v := loadVectors(t)
 	for _, iv := range v.InvalidRequests {
 		t.Run(iv.Name, func(t *testing.T) {
-			msg := []byte(iv.Line)
-			if iv.Name != "oversize-no-lf" {
-				msg = append(msg, '\n')
-			}
-			got, took, err := sendRaw(t, addr, msg, 5*time.Second)
+			got, took, err := sendRaw(t, addr, iv.Wire(), 5*time.Second)
 			if len(got) != 0 {
 				t.Fatalf("agent answered %q", got)
 			}

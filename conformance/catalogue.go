@@ -183,7 +183,7 @@ func runInvalidVectors(ctx context.Context, t *Target) Outcome {
 	xs := make([]*exchange, len(reqs))
 	var wg sync.WaitGroup
 	for i, r := range reqs {
-		wg.Go(func() { xs[i] = t.unanswered(ctx, r.wire()) })
+		wg.Go(func() { xs[i] = t.unanswered(ctx, r.Wire()) })
 	}
 	wg.Wait()
 	var bad []string

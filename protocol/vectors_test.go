@@ -4,73 +4,25 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"github.com/tckclk/tckclk/protocol/vectors"
 )
 
-// vectorsPath is the committed copy; sharedVectors is the independent
-// implementation's original, which the copy must equal byte for byte.
-const (
-	vectorsPath   = "testdata/tckclk2.json"
-	sharedVectors = "../../shared/vectors/tckclk2.json"
-)
+// sharedVectors is the independent implementation's original, which the
+// embedded copy in protocol/vectors must equal byte for byte.
+const sharedVectors = "../../shared/vectors/tckclk2.json"
 
-type vectorFile struct {
-	Valid []struct {
-		Name            string `json:"name"`
-		SecretASCII     string `json:"secret_ascii"`
-		Nonce           string `json:"nonce"`
-		NonceHex        string `json:"nonce_hex"`
-		ReferenceUnixMs string `json:"reference_unix_ms"`
-		UncertaintyMs   string `json:"uncertainty_ms"`
-		Synced          int    `json:"synced"`
-		SourceAgeMs     string `json:"source_age_ms"`
-		MACInputHex     string `json:"mac_input_hex"`
-		MAC             string `json:"mac"`
-		RequestLine     string `json:"request_line"`
-		ResponseLine    string `json:"response_line"`
-	} `json:"valid"`
-	DevReference struct {
-		SecretASCII     string `json:"secret_ascii"`
-		DevKeyHex       string `json:"dev_key_hex"`
-		Nonce           string `json:"nonce"`
-		ReferenceUnixMs string `json:"reference_unix_ms"`
-		UncertaintyMs   string `json:"uncertainty_ms"`
-		Synced          int    `json:"synced"`
-		SourceAgeMs     string `json:"source_age_ms"`
-		MAC             string `json:"mac"`
-		ResponseLine    string `json:"response_line"`
-	} `json:"dev_reference"`
-	InvalidResponses []struct {
-		Name        string `json:"name"`
-		Line        string `json:"line"`
-		Reason      string `json:"reason"`
-		ExpectNonce string `json:"expect_nonce"`
-	} `json:"invalid_responses"`
-	InvalidRequests []struct {
-		Name string `json:"name"`
-		Line string `json:"line"`
-	} `json:"invalid_requests"`
-}
-
-func loadVectors(t *testing.T) *vectorFile {
+func loadVectors(t *testing.T) *vectors.File {
 	t.Helper()
-	raw, err := os.ReadFile(vectorsPath)
+	v, err := vectors.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v vectorFile
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if err := dec.Decode(&v); err != nil {
-		t.Fatalf("%s: %v", vectorsPath, err)
-	}
-	if len(v.Valid) == 0 || len(v.InvalidResponses) == 0 || len(v.InvalidRequests) == 0 {
-		t.Fatalf("%s: a section is empty", vectorsPath)
-	}
-	return &v
+	return v
 }
 
 // SPEC §1.3: the committed copy must stay byte-identical to the shared file.
@@ -83,12 +35,8 @@ func TestVectorsCopyIdentical(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mine, err := os.ReadFile(vectorsPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(shared, mine) {
-		t.Fatalf("%s differs from %s: copy it again", vectorsPath, sharedVectors)
+	if !bytes.Equal(shared, vectors.Raw()) {
+		t.Fatalf("protocol/vectors/tckclk2.json differs from %s: copy it again", sharedVectors)
 	}
 }
 

@@ -2,10 +2,8 @@ package clockhealth_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"log/slog"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
 	"github.com/tckclk/tckclk/protocol"
+	"github.com/tckclk/tckclk/protocol/vectors"
 )
 
 // vectorSecret is the secret of the shared test vectors (SPEC §1.3).
@@ -183,42 +182,14 @@ func hasLabel(m *dto.Metric, name, value string) bool {
 	return false
 }
 
-// vectorFile is the part of protocol/testdata/tckclk2.json (a byte-identical
-// copy of shared/vectors, kept so by protocol's tests) the prober uses.
-type vectorFile struct {
-	Valid []struct {
-		Name            string `json:"name"`
-		Nonce           string `json:"nonce"`
-		ReferenceUnixMs string `json:"reference_unix_ms"`
-		ResponseLine    string `json:"response_line"`
-	} `json:"valid"`
-	DevReference struct {
-		Nonce           string `json:"nonce"`
-		ReferenceUnixMs string `json:"reference_unix_ms"`
-		ResponseLine    string `json:"response_line"`
-	} `json:"dev_reference"`
-	InvalidResponses []struct {
-		Name        string `json:"name"`
-		Line        string `json:"line"`
-		Reason      string `json:"reason"`
-		ExpectNonce string `json:"expect_nonce"`
-	} `json:"invalid_responses"`
-}
-
-func loadVectors(t testing.TB) *vectorFile {
+// loadVectors returns the shared vectors (protocol/vectors).
+func loadVectors(t testing.TB) *vectors.File {
 	t.Helper()
-	raw, err := os.ReadFile("../../protocol/testdata/tckclk2.json")
+	v, err := vectors.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v vectorFile
-	if err := json.NewDecoder(bytes.NewReader(raw)).Decode(&v); err != nil {
-		t.Fatal(err)
-	}
-	if len(v.Valid) == 0 || len(v.InvalidResponses) == 0 {
-		t.Fatal("vector file has an empty section")
-	}
-	return &v
+	return v
 }
 
 // fixedNonce makes the prober's next nonce n (for replaying vector lines).
