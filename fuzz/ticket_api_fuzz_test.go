@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/tckclk/tckclk/node/api/wire"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -35,13 +36,13 @@ func (b *bodyBackend) Get(context.Context, string) (ticket.Ticket, bool, error) 
 func (b *bodyBackend) List(context.Context, string, int) ([]ticket.Ticket, bool, error) {
 	return nil, false, errUnused
 }
-func (b *bodyBackend) Status(context.Context) api.Status                { return api.Status{} }
-func (b *bodyBackend) Readiness() api.Health                            { return api.Health{Status: "ok"} }
-func (b *bodyBackend) Members(context.Context) ([]api.Member, error)    { return nil, errUnused }
+func (b *bodyBackend) Status(context.Context) wire.Status               { return wire.Status{} }
+func (b *bodyBackend) Readiness() wire.Health                           { return wire.Health{Status: "ok"} }
+func (b *bodyBackend) Members(context.Context) ([]wire.Member, error)   { return nil, errUnused }
 func (b *bodyBackend) TransferLeadership(context.Context, string) error { return errUnused }
 func (b *bodyBackend) RemoveMember(context.Context, string) error       { return errUnused }
-func (b *bodyBackend) Snapshot(context.Context) (api.SnapshotInfo, error) {
-	return api.SnapshotInfo{}, errUnused
+func (b *bodyBackend) Snapshot(context.Context) (wire.SnapshotInfo, error) {
+	return wire.SnapshotInfo{}, errUnused
 }
 
 // The write requests whose bodies the strict decoder reads (SPEC §4.1).
@@ -150,7 +151,7 @@ func FuzzTicketAPIBody(f *testing.F) {
 		naive := naiveDecode(r.keys, body)
 
 		if len(be.writes) == 0 {
-			var e api.ErrorBody
+			var e wire.ErrorBody
 			if rec.Code < 400 || rec.Code > 499 || json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Error == "" || e.Message == "" {
 				t.Fatalf("refused body %q: status %d, answer %q; want a 4xx JSON error with a message", body, rec.Code, rec.Body.Bytes())
 			}

@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"github.com/tckclk/tckclk/node/api/wire"
 	"io"
 	"math/big"
 	"net"
@@ -20,13 +21,12 @@ import (
 	"time"
 
 	"github.com/tckclk/tckclk/internal/config"
-	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/api/client"
 )
 
 type rawAnswer struct {
 	status int
-	body   api.ErrorBody
+	body   wire.ErrorBody
 	raw    string
 	header http.Header
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tckclk/tckclk/node/api/wire"
 	"net/http"
 	"time"
 
@@ -21,15 +22,18 @@ type monitorGuard struct{ m *clockhealth.Monitor }
 func (g monitorGuard) Check() error { return g.m.Check() }
 
 // ClockStatus describes the clock for /v1/status.
-func (g monitorGuard) ClockStatus() api.ClockStatus {
+func (g monitorGuard) ClockStatus() wire.ClockStatus {
 	st := g.m.Status()
-	cs := api.ClockStatus{
+	cs := wire.ClockStatus{
 		Source: st.Mode, Stage: string(st.Stage), StageDetail: st.StageDetail, Healthy: st.Healthy,
 		BoundMs: st.BoundMs, BoundLimitMs: st.BoundLimitMs, DeltaMs: st.DeltaMs,
 		SinceSampleMs: st.SinceSampleMs, StalenessMs: st.StalenessMs,
 		Reason: string(st.Reason), Error: st.Error, FailedStage: string(st.FailedStage),
 		ClockStages: st.ClockStages, DevReference: st.DevReference,
-		LastSample: st.LastSample, Agents: st.Agents,
+		LastSample: (*wire.SampleStatus)(st.LastSample),
+	}
+	for _, a := range st.Agents {
+		cs.Agents = append(cs.Agents, wire.AgentStatus(a))
 	}
 	if st.LastSample != nil && st.LastSample.AtUnixMs > 0 {
 		cs.LastSampleUnixMs = uint64(st.LastSample.AtUnixMs)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/tckclk/tckclk/node/api/wire"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
@@ -32,7 +32,7 @@ func wantClockFailed(t *testing.T, tn *testNode, r protocol.Reason) {
 		t.Fatalf("grant on a FAILED clock: %v; want 503 stage failed reason %s", err, r)
 	}
 	a := do(t, tn, "GET", "/readyz", "")
-	var h api.Health
+	var h wire.Health
 	mustJSON(t, a.raw, &h)
 	if a.status != 503 || h.Stage != string(StageFailed) || h.Reason != string(r) || !strings.Contains(h.Detail, string(r)) {
 		t.Fatalf("/readyz on a FAILED clock: %d %s", a.status, a.raw)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tckclk/tckclk/node/api/wire"
 	"net/http"
 	"strconv"
 	"time"
@@ -147,9 +148,9 @@ func (n *Node) List(ctx context.Context, prefix string, limit int) ([]ticket.Tic
 // leader of the current term, with a healthy clock and no hold-off.
 // Otherwise the stage and why: clock_check with its progress, failed with
 // the SPEC §1.5 reason, hold_off with the instant.
-func (n *Node) Readiness() api.Health {
+func (n *Node) Readiness() wire.Health {
 	stage, reason := n.ready.Get()
-	h := api.Health{Status: "unavailable", DevReference: n.mon != nil && n.cfg.Clock.DevReference}
+	h := wire.Health{Status: "unavailable", DevReference: n.mon != nil && n.cfg.Clock.DevReference}
 	switch stage {
 	case StageReady:
 		if err := n.serving(); err != nil {
@@ -178,9 +179,9 @@ func (n *Node) Readiness() api.Health {
 }
 
 // Status is /v1/status (api.Backend).
-func (n *Node) Status(ctx context.Context) api.Status {
+func (n *Node) Status(ctx context.Context) wire.Status {
 	h := n.Readiness()
-	st := api.Status{
+	st := wire.Status{
 		NodeID: n.cfg.Cluster.Name, Mode: "single-node", Stage: h.Stage, Ready: h.Status == "ok", Reason: h.Reason,
 		DeltaMs: n.fsm.Delta(), TicketsActive: n.fsm.Len(), HoldOffCause: n.holdOffCause,
 	}
@@ -194,7 +195,7 @@ func (n *Node) Status(ctx context.Context) api.Status {
 		st.Role = roleName(r.State())
 		_, leader := r.LeaderWithID()
 		st.Leader = string(leader)
-		st.Raft = api.RaftStatus{Term: r.CurrentTerm(), LastIndex: r.LastIndex(), CommitIndex: r.CommitIndex(), AppliedIndex: r.AppliedIndex()}
+		st.Raft = wire.RaftStatus{Term: r.CurrentTerm(), LastIndex: r.LastIndex(), CommitIndex: r.CommitIndex(), AppliedIndex: r.AppliedIndex()}
 		st.Raft.LastSnapshotIndex, _ = strconv.ParseUint(r.Stats()["last_snapshot_index"], 10, 64)
 	} else {
 		st.Role = "starting"
@@ -203,7 +204,7 @@ func (n *Node) Status(ctx context.Context) api.Status {
 		st.Clock = cr.ClockStatus()
 	} else {
 		err := n.guard.Check()
-		st.Clock = api.ClockStatus{Source: "injected", Stage: "guard", Healthy: err == nil, DeltaMs: n.cfg.Clock.DeltaMs}
+		st.Clock = wire.ClockStatus{Source: "injected", Stage: "guard", Healthy: err == nil, DeltaMs: n.cfg.Clock.DeltaMs}
 		if err != nil {
 			st.Clock.Reason = clockReason(err)
 		}
@@ -227,7 +228,7 @@ func roleName(s raft.RaftState) string {
 }
 
 // Members lists the Raft configuration (admin, api.Backend).
-func (n *Node) Members(ctx context.Context) ([]api.Member, error) {
+func (n *Node) Members(ctx context.Context) ([]wire.Member, error) {
 	r := n.raft()
 	if r == nil {
 		return nil, api.Unavailable(string(StageStarting), "starting", "raft is not open yet")
@@ -237,13 +238,13 @@ func (n *Node) Members(ctx context.Context) ([]api.Member, error) {
 		return nil, api.Unavailable("", "raft", "raft: %v", err)
 	}
 	_, leader := r.LeaderWithID()
-	var out []api.Member
+	var out []wire.Member
 	for _, s := range f.Configuration().Servers {
 		suff := "voter"
 		if s.Suffrage != raft.Voter {
 			suff = "nonvoter"
 		}
-		out = append(out, api.Member{ID: string(s.ID), Address: string(s.Address), Suffrage: suff, Leader: s.ID == leader})
+		out = append(out, wire.Member{ID: string(s.ID), Address: string(s.Address), Suffrage: suff, Leader: s.ID == leader})
 	}
 	return out, nil
 }
@@ -330,25 +331,25 @@ func (n *Node) expireDue(ctx context.Context, now time.Time) {
 }
 
 // Snapshot takes a Raft snapshot now (admin, api.Backend).
-func (n *Node) Snapshot(ctx context.Context) (api.SnapshotInfo, error) {
+func (n *Node) Snapshot(ctx context.Context) (wire.SnapshotInfo, error) {
 	if err := n.serving(); err != nil {
-		return api.SnapshotInfo{}, err
+		return wire.SnapshotInfo{}, err
 	}
 	tickets := n.fsm.Len()
 	start := time.Now()
 	f := n.raft().Snapshot()
 	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNothingNewToSnapshot) {
-			return api.SnapshotInfo{}, &api.Error{Status: http.StatusConflict, Code: "nothing_new", Message: "nothing new to snapshot since the last one"}
+			return wire.SnapshotInfo{}, &api.Error{Status: http.StatusConflict, Code: "nothing_new", Message: "nothing new to snapshot since the last one"}
 		}
-		return api.SnapshotInfo{}, api.Unavailable("", "snapshot", "snapshot failed: %v", err)
+		return wire.SnapshotInfo{}, api.Unavailable("", "snapshot", "snapshot failed: %v", err)
 	}
 	took := time.Since(start)
 	meta, rc, err := f.Open()
 	if err != nil {
-		return api.SnapshotInfo{}, fmt.Errorf("node: opening the new snapshot: %w", err)
+		return wire.SnapshotInfo{}, fmt.Errorf("node: opening the new snapshot: %w", err)
 	}
 	rc.Close()
 	n.log.Info("snapshot taken", "id", meta.ID, "index", meta.Index, "size_bytes", meta.Size, "took", took.Round(time.Millisecond))
-	return api.SnapshotInfo{ID: meta.ID, Index: meta.Index, Term: meta.Term, SizeBytes: meta.Size, DurationMs: took.Milliseconds(), Tickets: tickets}, nil
+	return wire.SnapshotInfo{ID: meta.ID, Index: meta.Index, Term: meta.Term, SizeBytes: meta.Size, DurationMs: took.Milliseconds(), Tickets: tickets}, nil
 }

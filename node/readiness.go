@@ -1,10 +1,9 @@
 package node
 
 import (
+	"github.com/tckclk/tckclk/node/api/wire"
 	"sync"
 	"time"
-
-	"github.com/tckclk/tckclk/node/api"
 )
 
 // Stage is a readiness stage of SPEC §3.5, reported by /readyz and
@@ -66,7 +65,7 @@ type ClockGuard interface {
 // ClockReporter is optionally implemented by a ClockGuard to describe
 // itself in /v1/status.
 type ClockReporter interface {
-	ClockStatus() api.ClockStatus
+	ClockStatus() wire.ClockStatus
 }
 
 // WallClock is the wall time the node stamps entries with.

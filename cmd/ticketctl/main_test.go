@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/tckclk/tckclk/node/api/wire"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"github.com/tckclk/tckclk/node"
-	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/api/client"
 	"go.uber.org/goleak"
 )
@@ -84,7 +84,7 @@ func TestSession(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("grant: %+v", r)
 	}
-	var g api.Grant
+	var g wire.Grant
 	if err := json.Unmarshal([]byte(r.out), &g); err != nil || g.Holder != "alice" || g.LeaseS != 30 || g.Token == 0 {
 		t.Fatalf("grant --json: %q %v", r.out, err)
 	}
@@ -110,7 +110,7 @@ func TestSession(t *testing.T) {
 	}
 	ctl(t, env, "grant", "other", "--holder", "carol", "--lease", "5")
 	r = ctl(t, env, "list", "--prefix", "bui", "--json")
-	var l api.TicketList
+	var l wire.TicketList
 	if r.code != 0 || json.Unmarshal([]byte(r.out), &l) != nil || len(l.Tickets) != 1 || l.Tickets[0].Name != "build-lock" {
 		t.Fatalf("list --prefix: %+v", r)
 	}
@@ -135,7 +135,7 @@ func TestSession(t *testing.T) {
 		t.Fatalf("status: %+v", r)
 	}
 	r = ctl(t, env, "status", "--json")
-	var st api.Status
+	var st wire.Status
 	if r.code != 0 || json.Unmarshal([]byte(r.out), &st) != nil || !st.Ready || st.TicketsActive != 1 {
 		t.Fatalf("status --json: %+v", r)
 	}
@@ -160,7 +160,7 @@ func TestHolderWithSpaces(t *testing.T) {
 		t.Fatalf("list: %+v", r)
 	}
 	r = ctl(t, env, "get", "spaced", "--json")
-	var got api.Ticket
+	var got wire.Ticket
 	if r.code != 0 || json.Unmarshal([]byte(r.out), &got) != nil || got.Holder != "alice smith " {
 		t.Fatalf("get --json: %+v", r)
 	}

@@ -2,13 +2,13 @@ package main
 
 import (
 	"fmt"
+	"github.com/tckclk/tckclk/node/api/wire"
 	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/api/client"
 )
 
@@ -49,7 +49,7 @@ func (p printer) lease(l *client.Lease) {
 	w.Flush()
 }
 
-func (p printer) released(r *api.Released) {
+func (p printer) released(r *wire.Released) {
 	if p.json {
 		printJSON(p.out, r)
 		return
@@ -57,7 +57,7 @@ func (p printer) released(r *api.Released) {
 	fmt.Fprintf(p.out, "released %s (holder %s, token %d)\n", r.Name, showHolder(r.Holder), r.Token)
 }
 
-func (p printer) tickets(ts []api.Ticket, truncated bool, raw any) {
+func (p printer) tickets(ts []wire.Ticket, truncated bool, raw any) {
 	if p.json {
 		printJSON(p.out, raw)
 		return
@@ -78,7 +78,7 @@ func (p printer) tickets(ts []api.Ticket, truncated bool, raw any) {
 	}
 }
 
-func (p printer) status(s *api.Status) {
+func (p printer) status(s *wire.Status) {
 	if p.json {
 		printJSON(p.out, s)
 		return
@@ -136,7 +136,7 @@ func reasonSuffix(r string) string {
 	return " (" + r + ")"
 }
 
-func (p printer) members(m *api.Members) {
+func (p printer) members(m *wire.Members) {
 	if p.json {
 		printJSON(p.out, m)
 		return

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/tckclk/tckclk/node/api/wire"
 	"io"
 	"net/http"
 	"os"
@@ -15,7 +16,6 @@ import (
 	"time"
 
 	"github.com/tckclk/tckclk/internal/secret"
-	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/api/client"
 )
 
@@ -225,27 +225,27 @@ func dispatch(ctx context.Context, g *globals, cmd string, args []string, out io
 			p.lease(l)
 		}
 	case "release":
-		var r *api.Released
+		var r *wire.Released
 		if r, err = c.Release(ctx, pos[0], *holder, token); err == nil {
 			p.released(r)
 		}
 	case "get":
-		var t *api.Ticket
+		var t *wire.Ticket
 		if t, err = c.Get(ctx, pos[0]); err == nil {
-			p.tickets([]api.Ticket{*t}, false, t)
+			p.tickets([]wire.Ticket{*t}, false, t)
 		}
 	case "list":
-		var l *api.TicketList
+		var l *wire.TicketList
 		if l, err = c.List(ctx, *prefix, *limit); err == nil {
 			p.tickets(l.Tickets, l.Truncated, l)
 		}
 	case "status":
-		var s *api.Status
+		var s *wire.Status
 		if s, err = c.Status(ctx); err == nil {
 			p.status(s)
 		}
 	case "cluster":
-		var m *api.Members
+		var m *wire.Members
 		if m, err = c.Members(ctx); err == nil {
 			p.members(m)
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tckclk/tckclk/node/api/wire"
 	"io"
 	"log/slog"
 	"net/http"
@@ -41,14 +42,14 @@ type Backend interface {
 	// Get and List are linearizable reads (SPEC §4).
 	Get(ctx context.Context, name string) (ticket.Ticket, bool, error)
 	List(ctx context.Context, prefix string, limit int) ([]ticket.Ticket, bool, error)
-	Status(ctx context.Context) Status
+	Status(ctx context.Context) wire.Status
 	// Readiness is /readyz: ok only when the node serves clients.
-	Readiness() Health
-	Members(ctx context.Context) ([]Member, error)
+	Readiness() wire.Health
+	Members(ctx context.Context) ([]wire.Member, error)
 	TransferLeadership(ctx context.Context, to string) error
 	RemoveMember(ctx context.Context, id string) error
 	// Snapshot takes a Raft snapshot now (admin; backups, benchmarks).
-	Snapshot(ctx context.Context) (SnapshotInfo, error)
+	Snapshot(ctx context.Context) (wire.SnapshotInfo, error)
 }
 
 // Error is an answer with a status; Backends return it for anything other
@@ -203,7 +204,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, name string) string {
 	switch rt {
 	case rLivez:
-		writeJSON(w, http.StatusOK, Health{Status: "ok"})
+		writeJSON(w, http.StatusOK, wire.Health{Status: "ok"})
 		return ""
 	case rReadyz:
 		h := s.b.Readiness()
@@ -270,7 +271,7 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, name st
 		if err != nil {
 			return s.fail(w, err)
 		}
-		writeJSON(w, http.StatusOK, Members{Members: ms})
+		writeJSON(w, http.StatusOK, wire.Members{Members: ms})
 		return "ok"
 	case rTransfer:
 		var to string
@@ -334,7 +335,7 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) string {
 	if err != nil {
 		return s.fail(w, err)
 	}
-	out := TicketList{Tickets: make([]Ticket, len(ts)), Truncated: truncated}
+	out := wire.TicketList{Tickets: make([]wire.Ticket, len(ts)), Truncated: truncated}
 	for i, t := range ts {
 		out.Tickets[i] = TicketFrom(t)
 	}
@@ -397,18 +398,18 @@ func (s *server) write(w http.ResponseWriter, r *http.Request, rt route, name st
 	switch res.Code {
 	case ticket.CodeOK, ticket.CodeExisting:
 		if wr.Op == ticket.OpRelease {
-			writeJSON(w, http.StatusOK, Released{Name: t.Name, Holder: t.Holder, Token: t.Token, Released: true})
+			writeJSON(w, http.StatusOK, wire.Released{Name: t.Name, Holder: t.Holder, Token: t.Token, Released: true})
 			return "ok"
 		}
 		var remaining uint64
 		if t.ValidBeforeMs > out.RecvMs {
 			remaining = t.ValidBeforeMs - out.RecvMs
 		}
-		writeJSON(w, http.StatusOK, Grant{Name: t.Name, Holder: t.Holder, Token: t.Token, LeaseS: t.LeaseS,
+		writeJSON(w, http.StatusOK, wire.Grant{Name: t.Name, Holder: t.Holder, Token: t.Token, LeaseS: t.LeaseS,
 			ConservativeValidBeforeUnixMs: t.ValidBeforeMs, RemainingMs: remaining})
 		return res.Code.String()
 	case ticket.CodeHeld:
-		writeJSON(w, http.StatusConflict, ErrorBody{Error: "held", Holder: t.Holder, Token: t.Token,
+		writeJSON(w, http.StatusConflict, wire.ErrorBody{Error: "held", Holder: t.Holder, Token: t.Token,
 			Message: fmt.Sprintf("ticket %q is held by %q (token %d)", name, t.Holder, t.Token)})
 		return "held"
 	case ticket.CodeNotHeld:
@@ -427,7 +428,7 @@ func (s *server) write(w http.ResponseWriter, r *http.Request, rt route, name st
 }
 
 func (s *server) conflict(w http.ResponseWriter, c ticket.Code, format string, args ...any) string {
-	writeJSON(w, http.StatusConflict, ErrorBody{Error: c.String(), Message: fmt.Sprintf(format, args...)})
+	writeJSON(w, http.StatusConflict, wire.ErrorBody{Error: c.String(), Message: fmt.Sprintf(format, args...)})
 	return c.String()
 }
 
@@ -491,7 +492,7 @@ func (s *server) fail(w http.ResponseWriter, err error) string {
 		s.log.Error("api: internal error", "err", err)
 		e = &Error{Status: http.StatusInternalServerError, Code: "internal", Message: err.Error()}
 	}
-	writeJSON(w, e.Status, ErrorBody{Error: e.Code, Message: e.Message, Stage: e.Stage, Reason: e.Reason})
+	writeJSON(w, e.Status, wire.ErrorBody{Error: e.Code, Message: e.Message, Stage: e.Stage, Reason: e.Reason})
 	switch e.Status {
 	case http.StatusServiceUnavailable:
 		return "unavailable"

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"github.com/tckclk/tckclk/node/api/wire"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -32,17 +33,19 @@ func (f *fakeBackend) Get(context.Context, string) (ticket.Ticket, bool, error) 
 func (f *fakeBackend) List(context.Context, string, int) ([]ticket.Ticket, bool, error) {
 	return nil, false, f.err
 }
-func (f *fakeBackend) Status(context.Context) Status                    { return Status{} }
-func (f *fakeBackend) Readiness() Health                                { return Health{Status: "ok"} }
-func (f *fakeBackend) Members(context.Context) ([]Member, error)        { return nil, nil }
+func (f *fakeBackend) Status(context.Context) wire.Status               { return wire.Status{} }
+func (f *fakeBackend) Readiness() wire.Health                           { return wire.Health{Status: "ok"} }
+func (f *fakeBackend) Members(context.Context) ([]wire.Member, error)   { return nil, nil }
 func (f *fakeBackend) TransferLeadership(context.Context, string) error { return nil }
 func (f *fakeBackend) RemoveMember(context.Context, string) error       { return nil }
-func (f *fakeBackend) Snapshot(context.Context) (SnapshotInfo, error)   { return SnapshotInfo{}, nil }
+func (f *fakeBackend) Snapshot(context.Context) (wire.SnapshotInfo, error) {
+	return wire.SnapshotInfo{}, nil
+}
 
-func serve(h http.Handler, method, path, body string) (*httptest.ResponseRecorder, ErrorBody) {
+func serve(h http.Handler, method, path, body string) (*httptest.ResponseRecorder, wire.ErrorBody) {
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader(body)))
-	var e ErrorBody
+	var e wire.ErrorBody
 	_ = json.Unmarshal(rec.Body.Bytes(), &e)
 	return rec, e
 }
@@ -101,7 +104,7 @@ func TestOutcomesAndMetrics(t *testing.T) {
 			t.Errorf("held answer lacks holder/token: %+v", e)
 		}
 		if c.status == 200 {
-			var g Grant
+			var g wire.Grant
 			json.Unmarshal(rec.Body.Bytes(), &g)
 			if g.RemainingMs != 30000 || g.ConservativeValidBeforeUnixMs != 31000 {
 				t.Errorf("grant answer %+v", g)

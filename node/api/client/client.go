@@ -16,14 +16,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/tckclk/tckclk/node/api/wire"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/tckclk/tckclk/node/api"
 )
 
 // ClockErrorPPM is the rate error the local deadline allows for (SPEC §4).
@@ -80,7 +79,7 @@ func New(addr string, opts ...Option) (*Client, error) {
 // Error is an error answer from the server.
 type Error struct {
 	StatusCode int
-	api.ErrorBody
+	wire.ErrorBody
 }
 
 func (e *Error) Error() string {
@@ -99,19 +98,19 @@ func (e *Error) Is(target error) bool {
 
 // Sentinels for errors.Is.
 var (
-	ErrHeld        = &Error{ErrorBody: api.ErrorBody{Error: "held"}}
-	ErrNotFound    = &Error{ErrorBody: api.ErrorBody{Error: "not_found"}}
-	ErrNotHeld     = &Error{ErrorBody: api.ErrorBody{Error: "not_held"}}
-	ErrWrongHolder = &Error{ErrorBody: api.ErrorBody{Error: "wrong_holder"}}
-	ErrWrongToken  = &Error{ErrorBody: api.ErrorBody{Error: "wrong_token"}}
-	ErrLeaseOver   = &Error{ErrorBody: api.ErrorBody{Error: "lease_over"}}
-	ErrUnavailable = &Error{ErrorBody: api.ErrorBody{Error: "unavailable"}}
-	ErrBadRequest  = &Error{ErrorBody: api.ErrorBody{Error: "bad_request"}}
+	ErrHeld        = &Error{ErrorBody: wire.ErrorBody{Error: "held"}}
+	ErrNotFound    = &Error{ErrorBody: wire.ErrorBody{Error: "not_found"}}
+	ErrNotHeld     = &Error{ErrorBody: wire.ErrorBody{Error: "not_held"}}
+	ErrWrongHolder = &Error{ErrorBody: wire.ErrorBody{Error: "wrong_holder"}}
+	ErrWrongToken  = &Error{ErrorBody: wire.ErrorBody{Error: "wrong_token"}}
+	ErrLeaseOver   = &Error{ErrorBody: wire.ErrorBody{Error: "lease_over"}}
+	ErrUnavailable = &Error{ErrorBody: wire.ErrorBody{Error: "unavailable"}}
+	ErrBadRequest  = &Error{ErrorBody: wire.ErrorBody{Error: "bad_request"}}
 )
 
 // Lease is a granted or renewed ticket as this client holds it.
 type Lease struct {
-	api.Grant
+	wire.Grant
 	// SentAt is when this client sent the request (monotonic).
 	SentAt time.Time
 	// Deadline is SentAt + the remaining lease × (1 − 500 ppm): trust the
@@ -129,12 +128,12 @@ func LocalDeadline(sent time.Time, remainingMs uint64) time.Time {
 
 // Grant asks for the ticket name for leaseS seconds (1..=250).
 func (c *Client) Grant(ctx context.Context, name, holder string, leaseS int) (*Lease, error) {
-	return c.lease(ctx, name, "grant", api.GrantRequest{Holder: holder, LeaseS: int64(leaseS)})
+	return c.lease(ctx, name, "grant", wire.GrantRequest{Holder: holder, LeaseS: int64(leaseS)})
 }
 
 // Renew extends the holder's lease; the token stays.
 func (c *Client) Renew(ctx context.Context, name, holder string, token uint64, leaseS int) (*Lease, error) {
-	return c.lease(ctx, name, "renew", api.RenewRequest{Holder: holder, Token: token, LeaseS: int64(leaseS)})
+	return c.lease(ctx, name, "renew", wire.RenewRequest{Holder: holder, Token: token, LeaseS: int64(leaseS)})
 }
 
 func (c *Client) lease(ctx context.Context, name, action string, body any) (*Lease, error) {
@@ -145,7 +144,7 @@ func (c *Client) lease(ctx context.Context, name, action string, body any) (*Lea
 	}
 	// remaining_ms may be absent (another server): then the SPEC's lease.
 	var g struct {
-		api.Grant
+		wire.Grant
 		RemainingMs *uint64 `json:"remaining_ms"`
 	}
 	if err := json.Unmarshal(raw, &g); err != nil {
@@ -160,18 +159,18 @@ func (c *Client) lease(ctx context.Context, name, action string, body any) (*Lea
 }
 
 // Release frees the ticket.
-func (c *Client) Release(ctx context.Context, name, holder string, token uint64) (*api.Released, error) {
-	return call[api.Released](ctx, c, http.MethodPost, ticketPath(name, "release"), api.ReleaseRequest{Holder: holder, Token: token}, false)
+func (c *Client) Release(ctx context.Context, name, holder string, token uint64) (*wire.Released, error) {
+	return call[wire.Released](ctx, c, http.MethodPost, ticketPath(name, "release"), wire.ReleaseRequest{Holder: holder, Token: token}, false)
 }
 
 // Get reads one ticket (linearizable); ErrNotFound when nobody holds it.
-func (c *Client) Get(ctx context.Context, name string) (*api.Ticket, error) {
-	return call[api.Ticket](ctx, c, http.MethodGet, ticketPath(name, ""), nil, false)
+func (c *Client) Get(ctx context.Context, name string) (*wire.Ticket, error) {
+	return call[wire.Ticket](ctx, c, http.MethodGet, ticketPath(name, ""), nil, false)
 }
 
 // List reads tickets whose names start with prefix (limit 0: the server's
 // default).
-func (c *Client) List(ctx context.Context, prefix string, limit int) (*api.TicketList, error) {
+func (c *Client) List(ctx context.Context, prefix string, limit int) (*wire.TicketList, error) {
 	q := url.Values{}
 	if prefix != "" {
 		q.Set("prefix", prefix)
@@ -183,21 +182,21 @@ func (c *Client) List(ctx context.Context, prefix string, limit int) (*api.Ticke
 	if len(q) > 0 {
 		p += "?" + q.Encode()
 	}
-	return call[api.TicketList](ctx, c, http.MethodGet, p, nil, false)
+	return call[wire.TicketList](ctx, c, http.MethodGet, p, nil, false)
 }
 
 // Status reads /v1/status.
-func (c *Client) Status(ctx context.Context) (*api.Status, error) {
-	return call[api.Status](ctx, c, http.MethodGet, "/v1/status", nil, false)
+func (c *Client) Status(ctx context.Context) (*wire.Status, error) {
+	return call[wire.Status](ctx, c, http.MethodGet, "/v1/status", nil, false)
 }
 
 // Ready reads /readyz; a node that is not ready answers an *Error (503)
 // with its stage.
-func (c *Client) Ready(ctx context.Context) (*api.Health, error) {
+func (c *Client) Ready(ctx context.Context) (*wire.Health, error) {
 	raw, err := c.do(ctx, http.MethodGet, "/readyz", nil, false)
 	if err != nil {
 		if e, ok := err.(*Error); ok && e.StatusCode == http.StatusServiceUnavailable {
-			var h api.Health
+			var h wire.Health
 			_ = json.Unmarshal(raw, &h)
 			e.Stage, e.Reason = h.Stage, h.Reason
 			e.ErrorBody.Error, e.Message = "unavailable", "not ready: stage "+h.Stage
@@ -207,7 +206,7 @@ func (c *Client) Ready(ctx context.Context) (*api.Health, error) {
 		}
 		return nil, err
 	}
-	var h api.Health
+	var h wire.Health
 	if err := json.Unmarshal(raw, &h); err != nil {
 		return nil, fmt.Errorf("client: decoding /readyz: %w", err)
 	}
@@ -215,8 +214,8 @@ func (c *Client) Ready(ctx context.Context) (*api.Health, error) {
 }
 
 // Members lists the cluster members (admin token).
-func (c *Client) Members(ctx context.Context) (*api.Members, error) {
-	return call[api.Members](ctx, c, http.MethodGet, "/v1/cluster/members", nil, true)
+func (c *Client) Members(ctx context.Context) (*wire.Members, error) {
+	return call[wire.Members](ctx, c, http.MethodGet, "/v1/cluster/members", nil, true)
 }
 
 func ticketPath(name, action string) string {
@@ -288,6 +287,6 @@ func (c *Client) do(ctx context.Context, method, path string, body any, admin bo
 }
 
 // Snapshot asks the node to take a Raft snapshot now (admin token).
-func (c *Client) Snapshot(ctx context.Context) (*api.SnapshotInfo, error) {
-	return call[api.SnapshotInfo](ctx, c, http.MethodPost, "/v1/cluster/snapshot", nil, true)
+func (c *Client) Snapshot(ctx context.Context) (*wire.SnapshotInfo, error) {
+	return call[wire.SnapshotInfo](ctx, c, http.MethodPost, "/v1/cluster/snapshot", nil, true)
 }

@@ -1,0 +1,189 @@
+package wire
+
+// GrantRequest is the body of POST /v1/tickets/{name}/grant.
+type GrantRequest struct {
+	Holder string `json:"holder"`
+	LeaseS int64  `json:"lease_s"`
+}
+
+// RenewRequest is the body of POST /v1/tickets/{name}/renew.
+type RenewRequest struct {
+	Holder string `json:"holder"`
+	Token  uint64 `json:"token"`
+	LeaseS int64  `json:"lease_s"`
+}
+
+// ReleaseRequest is the body of POST /v1/tickets/{name}/release.
+type ReleaseRequest struct {
+	Holder string `json:"holder"`
+	Token  uint64 `json:"token"`
+}
+
+// Grant is the 200 answer to grant and renew.
+type Grant struct {
+	Name   string `json:"name"`
+	Holder string `json:"holder"`
+	Token  uint64 `json:"token"`
+	LeaseS uint8  `json:"lease_s"`
+	// ConservativeValidBeforeUnixMs is the leader's wall ms when it received
+	// the request (rounded down) + lease_s×1000, never + Δ.
+	ConservativeValidBeforeUnixMs uint64 `json:"conservative_valid_before_unix_ms"`
+	// RemainingMs is ConservativeValidBeforeUnixMs minus the leader's receive
+	// time of THIS request: lease_s×1000 for a new grant or a renew, less for
+	// an idempotent repeat of an older grant. The Go client's local
+	// deadline is its send time + RemainingMs × (1 − 500 ppm).
+	RemainingMs uint64 `json:"remaining_ms"`
+}
+
+// Released is the 200 answer to release.
+type Released struct {
+	Name     string `json:"name"`
+	Holder   string `json:"holder"`
+	Token    uint64 `json:"token"`
+	Released bool   `json:"released"`
+}
+
+// Ticket is a held ticket as GET and list show it.
+type Ticket struct {
+	Name                          string `json:"name"`
+	Holder                        string `json:"holder"`
+	Token                         uint64 `json:"token"`
+	LeaseS                        uint8  `json:"lease_s"`
+	ConservativeValidBeforeUnixMs uint64 `json:"conservative_valid_before_unix_ms"`
+	// ServerExpiryUnixMs is when the cluster may expire the ticket (it
+	// includes Δ). It is not a client deadline.
+	ServerExpiryUnixMs uint64 `json:"server_expiry_unix_ms"`
+}
+
+// TicketList is the answer to GET /v1/tickets.
+type TicketList struct {
+	Tickets []Ticket `json:"tickets"`
+	// Truncated is true when more tickets matched than the limit.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// ErrorBody is every error answer.
+type ErrorBody struct {
+	Error   string `json:"error"`
+	Message string `json:"message"`
+	Holder  string `json:"holder,omitempty"` // 409 held
+	Token   uint64 `json:"token,omitempty"`  // 409 held
+	Stage   string `json:"stage,omitempty"`  // 503
+	Reason  string `json:"reason,omitempty"` // 503
+}
+
+// Health is the answer of /livez and /readyz.
+type Health struct {
+	Status string `json:"status"` // "ok" or "unavailable"
+	Stage  string `json:"stage,omitempty"`
+	// Reason says why the node is not ready; on a FAILED clock it is the
+	// SPEC §1.5 reason (rollback, mac, …).
+	Reason string `json:"reason,omitempty"`
+	// Detail is the longer human text (the FAILED error, the clock_check
+	// progress, the hold-off instant).
+	Detail string `json:"detail,omitempty"`
+	// HoldOffUntilUnixMs is set while Grant and Expire are refused after a
+	// restart that followed a FAILED clock (SPEC §4).
+	HoldOffUntilUnixMs uint64 `json:"hold_off_until_unix_ms,omitempty"`
+	// DevReference: the clock agent is a development reference (SPEC §2.2).
+	DevReference bool `json:"dev_reference,omitempty"`
+}
+
+// Status is the answer of GET /v1/status.
+type Status struct {
+	NodeID             string      `json:"node_id"`
+	Mode               string      `json:"mode"` // "single-node"
+	Role               string      `json:"role"` // leader, follower, candidate, shutdown
+	Leader             string      `json:"leader"`
+	Stage              string      `json:"stage"`
+	Ready              bool        `json:"ready"`
+	Reason             string      `json:"reason,omitempty"`
+	DeltaMs            uint64      `json:"delta_ms"`
+	HoldOffUntilUnixMs uint64      `json:"hold_off_until_unix_ms,omitempty"`
+	HoldOffCause       string      `json:"hold_off_cause,omitempty"` // why: the FAILED marker found at start
+	TicketsActive      int         `json:"tickets_active"`
+	Raft               RaftStatus  `json:"raft"`
+	Clock              ClockStatus `json:"clock"`
+}
+
+// RaftStatus is the Raft part of Status.
+type RaftStatus struct {
+	Term              uint64 `json:"term"`
+	LastIndex         uint64 `json:"last_index"`
+	CommitIndex       uint64 `json:"commit_index"`
+	AppliedIndex      uint64 `json:"applied_index"`
+	LastSnapshotIndex uint64 `json:"last_snapshot_index"`
+}
+
+// ClockStatus is the clock-health part of Status (SPEC §3, §3.5).
+type ClockStatus struct {
+	Source           string `json:"source"` // "host" (no agent) or "agent"
+	Stage            string `json:"stage"`  // the clock's readiness stage (clock_check … ready, failed)
+	StageDetail      string `json:"stage_detail,omitempty"`
+	Healthy          bool   `json:"healthy"`
+	BoundMs          uint64 `json:"bound_ms"`       // running bound at this evaluation
+	BoundLimitMs     uint64 `json:"bound_limit_ms"` // Δ/2
+	DeltaMs          uint64 `json:"delta_ms"`
+	LastSampleUnixMs uint64 `json:"last_sample_unix_ms,omitempty"`
+	SinceSampleMs    uint64 `json:"since_sample_ms"`
+	StalenessMs      uint64 `json:"staleness_ms,omitempty"`
+	Reason           string `json:"reason,omitempty"` // SPEC §1.5 reason once FAILED
+	Error            string `json:"error,omitempty"`  // the FAILED error
+	FailedStage      string `json:"failed_stage,omitempty"`
+	ClockStages      string `json:"clock_stages,omitempty"` // host mode: why the clock stages are skipped
+	DevReference     bool   `json:"dev_reference"`
+	// FailedMarker says whether this process recorded its FAILED in the data
+	// dir ("written"), and otherwise why not.
+	FailedMarker string        `json:"failed_marker,omitempty"`
+	LastSample   *SampleStatus `json:"last_sample,omitempty"`
+	Agents       []AgentStatus `json:"agents,omitempty"`
+}
+
+// Member is one entry of GET /v1/cluster/members.
+type Member struct {
+	ID       string `json:"id"`
+	Address  string `json:"address"`
+	Suffrage string `json:"suffrage"` // voter, nonvoter
+	Leader   bool   `json:"leader"`
+}
+
+// Members is the answer of GET /v1/cluster/members.
+type Members struct {
+	Members []Member `json:"members"`
+}
+
+// SnapshotInfo is the answer of POST /v1/cluster/snapshot.
+type SnapshotInfo struct {
+	ID         string `json:"id"`
+	Index      uint64 `json:"index"`
+	Term       uint64 `json:"term"`
+	SizeBytes  int64  `json:"size_bytes"`
+	DurationMs int64  `json:"duration_ms"`
+	Tickets    int    `json:"tickets"`
+}
+
+// SampleStatus is the clock's last accepted sample (SPEC §3.1), as
+// /v1/status shows it.
+type SampleStatus struct {
+	Agent           string `json:"agent"`
+	ReferenceUnixMs uint64 `json:"reference_unix_ms"` // R
+	UncertaintyMs   uint64 `json:"uncertainty_ms"`    // u
+	SourceAgeMs     uint64 `json:"source_age_ms"`
+	RTTMs           uint64 `json:"rtt_ms"`
+	OffsetMs        uint64 `json:"offset_ms"`      // ceil_ms(|w1 − R|)
+	ErrorBoundMs    uint64 `json:"error_bound_ms"` // rtt + u + offset + 1
+	AtUnixMs        int64  `json:"at_unix_ms"`     // w1, local wall clock when the LF arrived
+}
+
+// AgentStatus counts one clock agent's exchanges.
+type AgentStatus struct {
+	Addr        string `json:"addr"`
+	Exchanges   uint64 `json:"exchanges"`
+	OK          uint64 `json:"ok"`
+	Unreachable uint64 `json:"unreachable"` // connect, timeout, io
+	// ConsecutiveUnreachable resets on the agent's next answer.
+	ConsecutiveUnreachable uint64 `json:"consecutive_unreachable"`
+	LastResult             string `json:"last_result,omitempty"` // "ok" or a SPEC §1.5 reason
+	LastError              string `json:"last_error,omitempty"`
+	LastAtUnixMs           int64  `json:"last_at_unix_ms,omitempty"`
+}
