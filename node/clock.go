@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"github.com/tckclk/tckclk/node/api/wire"
-	"net/http"
-	"time"
 
+	"github.com/tckclk/tckclk/internal/secret"
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/clockhealth"
+	"github.com/tckclk/tckclk/node/datadir"
 	"github.com/tckclk/tckclk/protocol"
 )
 
@@ -20,6 +20,9 @@ type monitorGuard struct{ m *clockhealth.Monitor }
 // Check is the pre-proposal check (SPEC §3.2): the running bound including
 // a wall step since the last sample, staleness and rollback.
 func (g monitorGuard) Check() error { return g.m.Check() }
+
+// Failed is closed when the clock FAILED; the run loop reacts to it.
+func (g monitorGuard) Failed() <-chan struct{} { return g.m.Failed() }
 
 // ClockStatus describes the clock for /v1/status.
 func (g monitorGuard) ClockStatus() wire.ClockStatus {
@@ -60,11 +63,46 @@ func clockDeps(deps *Deps) (WallClock, clockhealth.MonoClock, error) {
 	return nil, nil, errors.New("node: Deps.Wall needs Deps.Mono (the clock-health monitor pairs every wall reading with a monotonic one)")
 }
 
+// buildMonitor builds the clock-health monitor from the clock: section
+// (unless a guard was injected) and loads the API secrets, which must all
+// differ from the clock secrets (SPEC §1.4).
+func (n *Node) buildMonitor(deps *Deps, env secret.Lookup, wall WallClock, mono clockhealth.MonoClock) error {
+	cfg := &n.cfg
+	var clockSecrets *clockhealth.Secrets
+	if n.guard == nil && cfg.Clock.HasAgent() {
+		s, err := clockhealth.LoadSecrets(&cfg.Clock, env)
+		if err != nil {
+			return err
+		}
+		clockSecrets = &s
+	}
+	secrets, err := loadSecrets(cfg, env, clockSecrets)
+	if err != nil {
+		return err
+	}
+	n.secrets = secrets
+	if n.guard != nil {
+		return nil
+	}
+	opts := clockhealth.Options{
+		Config: cfg.Clock, Wall: wall, Mono: mono, Dialer: deps.ClockDialer, NewTicker: deps.ClockTicker,
+		Logger: n.log.With("component", "clock"), Registerer: n.reg,
+	}
+	if clockSecrets != nil {
+		opts.Secret, opts.NextSecret = clockSecrets.Current.Bytes(), clockSecrets.Next.Bytes()
+	}
+	if n.mon, err = clockhealth.New(opts); err != nil {
+		return err
+	}
+	n.guard = monitorGuard{n.mon}
+	return nil
+}
+
 // clockCheck is the first stage of SPEC §3.5 with an agent: nothing opens
 // Raft until 3 consecutive healthy samples. A failure here retires nothing
 // and records nothing; the process exits non-zero and may start again.
 func (n *Node) clockCheck(ctx context.Context) error {
-	n.ready.Set(StageClockCheck, fmt.Sprintf("waiting for %d consecutive healthy samples", clockhealth.ClockCheckSamples))
+	n.stage.set(StageClockCheck, fmt.Sprintf("waiting for %d consecutive healthy samples", clockhealth.ClockCheckSamples))
 	n.log.Info("clock_check: proving the clock before opening Raft", "samples", clockhealth.ClockCheckSamples,
 		"agents", n.cfg.Clock.Agents(), "probe_interval_ms", n.cfg.Clock.ProbeIntervalMs)
 	err := n.mon.ClockCheck(ctx)
@@ -75,45 +113,35 @@ func (n *Node) clockCheck(ctx context.Context) error {
 	if ctx.Err() != nil && n.mon.Err() == nil {
 		return errStopped
 	}
-	n.ready.Set(StageFailed, clockReason(err))
+	n.stage.set(StageFailed, clockReason(err))
 	return fmt.Errorf("node: clock_check failed before the node opened its data (nothing is recorded; start it again once the clock is healthy): %w", err)
 }
 
 // errStopped: ctx ended before the node got going; Run returns nil.
 var errStopped = errors.New("node: stopped during start-up")
 
-// advanceClock moves the monitor's stage (SPEC §3.5) along with the
-// node's; a FAILED monitor refuses, which changes nothing here.
-func (n *Node) advanceClock(s clockhealth.Stage, detail string) {
-	if n.mon == nil {
+// clockFailed is the run loop's reaction to a FAILED clock after
+// clock_check (SPEC §3.4, §4), on the run loop's goroutine: the node stops
+// serving at once (stage failed: every write and read is a 503 with the
+// reason; the expiry loop sees the same latch) and records the failure
+// durably so that a restart holds off.
+func (n *Node) clockFailed() {
+	ce := n.clockErr()
+	reason := "failed"
+	if ce != nil {
+		reason = string(ce.Reason)
+	}
+	n.stage.set(StageFailed, reason)
+	if ce == nil {
 		return
 	}
-	_ = n.mon.Advance(s, detail)
-}
-
-// clockFailed is the monitor's OnFailed hook: the FAILED latch moved. The
-// node stops serving at once (readiness failed: every write and read is a
-// 503 with the reason; the expiry loop sees the same latch), and, unless
-// the clock failed before clock_check passed, records the failure durably
-// so that a restart holds off (SPEC §4). It runs on the goroutine that
-// latched; the marker write is a few ms of fsync.
-func (n *Node) clockFailed(e *clockhealth.Error) {
-	n.ready.Set(StageFailed, string(e.Reason))
-	if e.Stage == clockhealth.StageClockCheck {
-		return
-	}
-	n.markerMu.Lock()
-	defer n.markerMu.Unlock()
-	state := "written"
-	if err := writeFailedMarker(n.dataDir, e, n.wall.Now()); err != nil {
-		state = "NOT written: " + err.Error()
+	if _, err := n.hold.markFailed(ce, n.wall.Now()); err != nil {
 		n.log.Error("clock FAILED but the FAILED marker could not be written: a restart will NOT hold off; keep this node stopped for 250 s + Δ",
-			"dir", n.dataDir, "err", err)
-	} else {
-		n.log.Error("clock FAILED: recorded in the data dir; a restart refuses Grant and Expire for 250 s + Δ",
-			"marker", failedMarkerFile, "reason", string(e.Reason))
+			"dir", n.dir.Path(), "err", err)
+		return
 	}
-	n.markerState.Store(&state)
+	n.log.Error("clock FAILED: recorded in the data dir; a restart refuses Grant and Expire for 250 s + Δ",
+		"marker", datadir.FailedFile, "reason", reason)
 }
 
 // clockErr returns the latched FAILED error, or nil.
@@ -141,16 +169,10 @@ func clockRefusal(err error) *api.Error {
 	var ce *clockhealth.Error
 	switch {
 	case errors.As(err, &ce):
-		return &api.Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Stage: string(StageFailed), Reason: string(ce.Reason),
-			Message: fmt.Sprintf("clock health FAILED (%s): %v; this process will not grant again (a restart holds off 250 s + Δ)", ce.Reason, err)}
+		return api.Unavailable(string(StageFailed), string(ce.Reason),
+			"clock health FAILED (%s): %v; this process will not grant again (a restart holds off 250 s + Δ)", ce.Reason, err)
 	case errors.Is(err, clockhealth.ErrClockCheck):
 		return api.Unavailable(string(StageClockCheck), "clock_check", "%v", err)
 	}
 	return api.Unavailable("clock", err.Error(), "clock health refuses the proposal: %v", err)
-}
-
-// holdOffFor is the single-node restart rule of SPEC §4: 250 s (the longest
-// lease) + Δ.
-func holdOffFor(deltaMs uint64) time.Duration {
-	return 250*time.Second + time.Duration(deltaMs)*time.Millisecond
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"github.com/tckclk/tckclk/node/api/wire"
+	"github.com/tckclk/tckclk/node/datadir"
 	"net"
 	"os"
 	"path/filepath"
@@ -59,7 +60,7 @@ func mustJSON(t *testing.T, raw string, v any) {
 }
 
 func markerExists(dir string) bool {
-	_, err := os.Stat(filepath.Join(dir, failedMarkerFile))
+	_, err := os.Stat(filepath.Join(dir, datadir.FailedFile))
 	return err == nil
 }
 
@@ -278,7 +279,7 @@ func TestAgentClockCheckThenFailed(t *testing.T) {
 		_, err := tn.c.Ready(bg)
 		return errors.As(err, &ce) && ce.Stage == string(StageClockCheck) && strings.Contains(ce.Message, "1 of 3")
 	})
-	if _, err := os.Stat(filepath.Join(dir, raftDBFile)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(dir, datadir.RaftDBFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("raft.db exists during clock_check (%v): Raft opened before the clock was proven", err)
 	}
 	if _, err := tn.c.Grant(bg, "a", "h", 30); !errors.As(err, &ce) || ce.StatusCode != 503 || ce.Stage != string(StageClockCheck) {
@@ -338,7 +339,7 @@ func TestClockCheckFailureRecordsNothing(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Reason != protocol.ReasonConnect || ce.Stage != clockhealth.StageClockCheck || !strings.Contains(err.Error(), "clock_check failed") {
 		t.Fatalf("start against a dead agent: %v", err)
 	}
-	for _, f := range []string{failedMarkerFile, clockhealth.RetiredFile, raftDBFile} {
+	for _, f := range []string{datadir.FailedFile, datadir.RetiredFile, datadir.RaftDBFile} {
 		if _, err := os.Stat(filepath.Join(dir, f)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s after a clock_check failure: %v", f, err)
 		}
@@ -349,11 +350,16 @@ func TestClockCheckFailureRecordsNothing(t *testing.T) {
 // operator to bring a new NodeId.
 func TestRetiredDataDirRefused(t *testing.T) {
 	dir := t.TempDir()
-	if err := clockhealth.WriteRetired(dir, "clockhealth: FAILED (rollback)"); err != nil {
+	d, err := datadir.Open(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
-	err := runRefused(t, testConfig(t, dir), Deps{})
-	if !errors.Is(err, clockhealth.ErrRetired) || !strings.Contains(err.Error(), "new NodeId") {
+	if err := d.WriteRetired("clockhealth: FAILED (rollback)"); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	err = runRefused(t, testConfig(t, dir), Deps{})
+	if !errors.Is(err, datadir.ErrRetired) || !strings.Contains(err.Error(), "new NodeId") {
 		t.Fatalf("start on a retired data dir: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"github.com/tckclk/tckclk/node/datadir"
 	"hash/crc32"
 	"hash/crc64"
 	"os"
@@ -22,7 +23,7 @@ import (
 // editLastGrant rewrites the newest Grant entry in raft.db with edit.
 func editLastGrant(t *testing.T, dir string, edit func([]byte) []byte) uint64 {
 	t.Helper()
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, raftDBFile)})
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, datadir.RaftDBFile)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func TestCorruptLogEntryStopsNode(t *testing.T) {
 			idx := editLastGrant(t, dir, c.edit)
 			_, err := tryStart(t, testConfig(t, dir), Deps{Wall: clk}, true)
 			var de *DataError
-			if !errors.As(err, &de) || de.File != filepath.Join(dir, raftDBFile) || !errors.Is(err, c.kind) {
+			if !errors.As(err, &de) || de.File != filepath.Join(dir, datadir.RaftDBFile) || !errors.Is(err, c.kind) {
 				t.Fatalf("got %v, want a DataError on raft.db of kind %v", err, c.kind)
 			}
 			var ae *ticket.ApplyError
@@ -176,7 +177,7 @@ func TestSnapshotRestart(t *testing.T) {
 }
 
 func snapDir(t *testing.T, dataDir string) string {
-	ents, err := os.ReadDir(filepath.Join(dataDir, snapshotsDir))
+	ents, err := os.ReadDir(filepath.Join(dataDir, datadir.SnapshotsDir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func snapDir(t *testing.T, dataDir string) string {
 	if newest == "" {
 		t.Fatal("no snapshot")
 	}
-	return filepath.Join(dataDir, snapshotsDir, newest)
+	return filepath.Join(dataDir, datadir.SnapshotsDir, newest)
 }
 
 // fixRaftCRC rewrites meta.json's CRC-64 so only our own checks can object.

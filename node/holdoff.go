@@ -1,97 +1,101 @@
 package node
 
 import (
-	"bufio"
-	"errors"
-	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tckclk/tckclk/node/clockhealth"
+	"github.com/tckclk/tckclk/node/datadir"
 )
 
-// failedMarkerFile records in the data dir that this single node's clock
-// FAILED (SPEC §4). While it exists every start holds off Grant and Expire
-// for 250 s + Δ; it is removed once a hold-off has fully passed with a
-// healthy clock.
-const failedMarkerFile = "clock-failed"
+// holdOff is the single-node restart rule of SPEC §4: after a FAILED clock
+// the data dir carries a marker; every start on it refuses Grant and Expire
+// for 250 s + Δ, and the marker goes once a hold-off has passed with a
+// healthy clock. until and cause are set at start and never change.
+type holdOff struct {
+	dir   *datadir.Dir
+	until time.Time // zero: no hold-off
+	cause string    // why: the marker found at start
 
-// priorFailure is what a FAILED marker found at start says.
-type priorFailure struct {
-	reason string // SPEC §1.5 reason, as recorded
-	atMs   int64  // wall ms of the failure, 0 if not recorded
+	// mu orders writing this run's marker (markFailed) against removing an
+	// earlier run's (clear).
+	mu      sync.Mutex
+	pending atomic.Bool            // an earlier run's marker is on disk
+	state   atomic.Pointer[string] // this run's marker: "written" or why not
+	failed  atomic.Bool            // this run's clock FAILED
 }
 
-func (p *priorFailure) String() string {
-	s := "restart after a FAILED clock (reason " + p.reason
-	if p.atMs > 0 {
-		s += " at " + time.UnixMilli(p.atMs).UTC().Format(time.RFC3339Nano)
+// holdOffFor is 250 s (the longest lease) + Δ.
+func holdOffFor(deltaMs uint64) time.Duration {
+	return 250*time.Second + time.Duration(deltaMs)*time.Millisecond
+}
+
+// openHoldOff reads the FAILED marker: found, it holds off from now; the
+// later of that and injected wins.
+func openHoldOff(dir *datadir.Dir, now, injected time.Time, deltaMs uint64) (*holdOff, error) {
+	h := &holdOff{dir: dir, until: injected}
+	if err := dir.CheckRetired(); err != nil {
+		return nil, err
 	}
-	return s + ")"
-}
-
-// writeFailedMarker records e durably (fsync of the file and the dir).
-func writeFailedMarker(dir string, e *clockhealth.Error, at time.Time) error {
-	body := "clock FAILED on this single node (SPEC 4)\n" +
-		"reason: " + string(e.Reason) + "\n" +
-		"at_unix_ms: " + strconv.FormatInt(at.UnixMilli(), 10) + "\n" +
-		"error: " + strings.Join(strings.Fields(e.Error()), " ") + "\n" +
-		"action: every start on this data dir refuses Grant and Expire for 250 s + delta; ticketd removes this file once a hold-off has passed\n"
-	return clockhealth.WriteMarker(dir, failedMarkerFile, body)
-}
-
-// readFailedMarker returns the prior failure recorded in dir, or nil. A
-// marker that exists but cannot be read refuses the start (fail closed);
-// one whose content is garbled still holds off.
-func readFailedMarker(dir string) (*priorFailure, error) {
-	path := filepath.Join(dir, failedMarkerFile)
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
+	prior, err := dir.ReadFailed()
 	if err != nil {
-		return nil, &DataError{File: path, Err: fmt.Errorf("cannot read the FAILED marker (refusing to start): %w", err)}
+		return nil, err
 	}
-	defer f.Close()
-	p := &priorFailure{reason: "not recorded"}
-	sc := bufio.NewScanner(io.LimitReader(f, 4096))
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), ": ")
-		switch k {
-		case "reason":
-			if r := strings.Join(strings.Fields(v), " "); r != "" && len(r) <= 64 {
-				p.reason = r
-			}
-		case "at_unix_ms":
-			p.atMs, _ = strconv.ParseInt(v, 10, 64)
+	if prior != nil {
+		h.pending.Store(true)
+		h.cause = prior.String()
+		if u := now.Add(holdOffFor(deltaMs)); u.After(h.until) {
+			h.until = u
 		}
 	}
-	return p, nil
+	return h, nil
 }
 
-// clearHoldOff removes the FAILED marker of an earlier run once the
-// hold-off has passed and the clock is still healthy. The marker lock
-// orders it against clockFailed: a FAILED latched before the removal is
-// seen (Err) and stops it; one latched after waits for the lock and writes
-// its own marker after the removal. The evaluating Check runs before the
-// lock is taken: it may latch FAILED, and clockFailed takes the same lock.
-func (n *Node) clearHoldOff() {
-	if !n.markerPending.Load() || n.guard.Check() != nil {
-		return
+// active reports whether Grant and Expire are refused at wall time now.
+func (h *holdOff) active(now time.Time) bool {
+	return !h.until.IsZero() && !now.After(h.until)
+}
+
+func (h *holdOff) text() string {
+	s := "Grant and Expire refused until " + h.until.UTC().Format(time.RFC3339Nano)
+	if h.cause != "" {
+		s += ": " + h.cause
 	}
-	n.markerMu.Lock()
-	defer n.markerMu.Unlock()
-	if !n.markerPending.Load() || n.mon != nil && n.mon.Err() != nil {
-		return
+	return s
+}
+
+// markFailed records this run's FAILED durably (so a restart holds off) and
+// returns what happened, for the log and /v1/status.
+func (h *holdOff) markFailed(e *clockhealth.Error, at time.Time) (state string, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failed.Store(true)
+	state = "written"
+	if err = h.dir.WriteFailed(string(e.Reason), at, e.Error()); err != nil {
+		state = "NOT written: " + err.Error()
 	}
-	if err := clockhealth.RemoveMarker(n.dataDir, failedMarkerFile); err != nil {
-		n.log.Error("hold-off passed but the FAILED marker could not be removed (the next start holds off again)", "err", err)
-		return
+	h.state.Store(&state)
+	return state, err
+}
+
+// clear removes an earlier run's marker once the hold-off has passed, if
+// healthy says the clock is still healthy and this run has not FAILED. The
+// caller has checked the clock (a Check that latches FAILED must not run
+// under mu). It returns whether it removed the marker, and the error of a
+// removal that failed.
+func (h *holdOff) clear(healthy bool) (bool, error) {
+	if !h.pending.Load() || !healthy {
+		return false, nil
 	}
-	n.markerPending.Store(false)
-	n.log.Info("hold-off passed with a healthy clock: FAILED marker removed", "marker", failedMarkerFile)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.pending.Load() || h.failed.Load() {
+		return false, nil
+	}
+	if err := h.dir.RemoveFailed(); err != nil {
+		return false, err
+	}
+	h.pending.Store(false)
+	return true, nil
 }

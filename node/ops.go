@@ -5,37 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"github.com/tckclk/tckclk/node/api/wire"
-	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/clockhealth"
+	"github.com/tckclk/tckclk/node/consensus"
+	"github.com/tckclk/tckclk/node/datadir"
 	"github.com/tckclk/tckclk/node/ticket"
+	"github.com/tckclk/tckclk/protocol"
 )
-
-// floorMs and ceilMs turn a wall time into Unix ms (SPEC §4 rounding);
-// false before 1970.
-func floorMs(t time.Time) (uint64, bool) {
-	ns := t.UnixNano()
-	if ns < 0 {
-		return 0, false
-	}
-	return uint64(ns) / 1e6, true
-}
-
-func ceilMs(t time.Time) (uint64, bool) {
-	ns := t.UnixNano()
-	if ns < 0 {
-		return 0, false
-	}
-	return (uint64(ns) + 1e6 - 1) / 1e6, true
-}
 
 // serving returns nil when this node may take a client request.
 func (n *Node) serving() error {
-	stage, reason := n.ready.Get()
+	stage, reason := n.stage.get()
 	if stage != StageReady {
 		if stage == StageFailed {
 			if err := n.guard.Check(); err != nil {
@@ -49,7 +33,7 @@ func (n *Node) serving() error {
 	}
 	r := n.raft()
 	if r == nil || r.State() != raft.Leader || n.barrierTerm.Load() != r.CurrentTerm() {
-		return &api.Error{Status: http.StatusServiceUnavailable, Code: "not_leader", Stage: string(StageRaft), Message: "this node is not the leader of the current term"}
+		return api.NotLeader(string(StageRaft), "this node is not the leader of the current term")
 	}
 	return nil
 }
@@ -60,19 +44,6 @@ func (n *Node) clockOK() error {
 		return clockRefusal(err)
 	}
 	return nil
-}
-
-// holdingOff reports whether Grant and Expire are refused at wall time now.
-func (n *Node) holdingOff(now time.Time) bool {
-	return !n.holdOff.IsZero() && !now.After(n.holdOff)
-}
-
-func (n *Node) holdOffText() string {
-	s := "Grant and Expire refused until " + n.holdOff.UTC().Format(time.RFC3339Nano)
-	if n.holdOffCause != "" {
-		s += ": " + n.holdOffCause
-	}
-	return s
 }
 
 // Write proposes a Grant, Renew or Release (api.Backend).
@@ -86,11 +57,11 @@ func (n *Node) Write(ctx context.Context, w api.Write) (api.Written, error) {
 		}
 	}
 	wall := n.wall.Now()
-	if w.Op == ticket.OpGrant && n.holdingOff(wall) {
-		return api.Written{}, api.Unavailable(string(StageHoldOff), "hold_off", "Grant is refused until %s (restart after FAILED waits 250 s + Δ so nothing granted before can overlap)", n.holdOff.UTC().Format(time.RFC3339Nano))
+	if w.Op == ticket.OpGrant && n.hold.active(wall) {
+		return api.Written{}, api.Unavailable(string(StageHoldOff), "hold_off", "Grant is refused until %s (restart after FAILED waits 250 s + Δ so nothing granted before can overlap)", n.hold.until.UTC().Format(time.RFC3339Nano))
 	}
-	nowMs, ok1 := ceilMs(wall)
-	recvMs, ok2 := floorMs(wall)
+	nowMs, ok1 := protocol.CeilUnixMs(wall)
+	recvMs, ok2 := protocol.FloorUnixMs(wall)
 	if !ok1 || !ok2 {
 		return api.Written{}, api.Unavailable("clock", "clock", "the wall clock reads before 1970")
 	}
@@ -105,9 +76,9 @@ func (n *Node) Write(ctx context.Context, w api.Write) (api.Written, error) {
 	}
 	data, err := ticket.EncodeEntry(&e)
 	if err != nil {
-		return api.Written{}, &api.Error{Status: http.StatusBadRequest, Code: "bad_request", Message: err.Error()}
+		return api.Written{}, api.Refuse(api.KindBadRequest, "bad_request", "%v", err)
 	}
-	res, err := n.propose(data)
+	res, err := n.propose(ctx, data)
 	if err != nil {
 		return api.Written{}, err
 	}
@@ -116,19 +87,21 @@ func (n *Node) Write(ctx context.Context, w api.Write) (api.Written, error) {
 
 // readable is the linearizable-read rule of SPEC §4: this node leads, its
 // Barrier committed in the current term, and VerifyLeader succeeds now.
-func (n *Node) readable() error {
+func (n *Node) readable(ctx context.Context) error {
 	if err := n.serving(); err != nil {
 		return err
 	}
-	if err := n.raft().VerifyLeader().Error(); err != nil {
-		return &api.Error{Status: http.StatusServiceUnavailable, Code: "not_leader", Stage: string(StageRaft), Message: "leadership not verified: " + err.Error()}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := n.cons.Load().VerifyLeader(ctx); err != nil {
+		return api.NotLeader(string(StageRaft), "leadership not verified: %v", err)
 	}
 	return nil
 }
 
 // Get is a linearizable read of one ticket (api.Backend).
 func (n *Node) Get(ctx context.Context, name string) (ticket.Ticket, bool, error) {
-	if err := n.readable(); err != nil {
+	if err := n.readable(ctx); err != nil {
 		return ticket.Ticket{}, false, err
 	}
 	t, ok := n.fsm.Get(name)
@@ -137,7 +110,7 @@ func (n *Node) Get(ctx context.Context, name string) (ticket.Ticket, bool, error
 
 // List is a linearizable read of tickets by prefix (api.Backend).
 func (n *Node) List(ctx context.Context, prefix string, limit int) ([]ticket.Ticket, bool, error) {
-	if err := n.readable(); err != nil {
+	if err := n.readable(ctx); err != nil {
 		return nil, false, err
 	}
 	ts, more := n.fsm.List(prefix, limit)
@@ -149,18 +122,22 @@ func (n *Node) List(ctx context.Context, prefix string, limit int) ([]ticket.Tic
 // Otherwise the stage and why: clock_check with its progress, failed with
 // the SPEC §1.5 reason, hold_off with the instant.
 func (n *Node) Readiness() wire.Health {
-	stage, reason := n.ready.Get()
+	stage, reason := n.stage.get()
 	h := wire.Health{Status: "unavailable", DevReference: n.mon != nil && n.cfg.Clock.DevReference}
 	switch stage {
 	case StageReady:
 		if err := n.serving(); err != nil {
 			stage, reason = StageRaft, "not the leader of the current term"
 		} else if err := n.clockOK(); err != nil {
-			ae := err.(*api.Error)
-			stage, reason, h.Detail = Stage(ae.Stage), ae.Reason, ae.Message
-		} else if n.holdingOff(n.wall.Now()) {
-			stage, reason, h.Detail = StageHoldOff, "hold_off", n.holdOffText()
-			h.HoldOffUntilUnixMs, _ = ceilMs(n.holdOff)
+			var ae *api.Error
+			if errors.As(err, &ae) {
+				stage, reason, h.Detail = Stage(ae.Stage), ae.Reason, ae.Message
+			} else {
+				stage, reason, h.Detail = StageFailed, "clock", err.Error()
+			}
+		} else if n.hold.active(n.wall.Now()) {
+			stage, reason, h.Detail = StageHoldOff, "hold_off", n.hold.text()
+			h.HoldOffUntilUnixMs, _ = protocol.CeilUnixMs(n.hold.until)
 		} else {
 			h.Status = "ok"
 		}
@@ -183,13 +160,13 @@ func (n *Node) Status(ctx context.Context) wire.Status {
 	h := n.Readiness()
 	st := wire.Status{
 		NodeID: n.cfg.Cluster.Name, Mode: "single-node", Stage: h.Stage, Ready: h.Status == "ok", Reason: h.Reason,
-		DeltaMs: n.fsm.Delta(), TicketsActive: n.fsm.Len(), HoldOffCause: n.holdOffCause,
+		DeltaMs: n.fsm.Delta(), TicketsActive: n.fsm.Len(), HoldOffCause: n.hold.cause,
 	}
 	if st.DeltaMs == 0 {
 		st.DeltaMs = n.cfg.Clock.DeltaMs
 	}
-	if !n.holdOff.IsZero() {
-		st.HoldOffUntilUnixMs, _ = ceilMs(n.holdOff)
+	if !n.hold.until.IsZero() {
+		st.HoldOffUntilUnixMs, _ = protocol.CeilUnixMs(n.hold.until)
 	}
 	if r := n.raft(); r != nil {
 		st.Role = roleName(r.State())
@@ -202,6 +179,10 @@ func (n *Node) Status(ctx context.Context) wire.Status {
 	}
 	if cr, ok := n.guard.(ClockReporter); ok {
 		st.Clock = cr.ClockStatus()
+		if st.Clock.Stage == string(clockhealth.StageChecked) {
+			// A proven clock is at the node's stage: one lifecycle.
+			st.Clock.Stage = st.Stage
+		}
 	} else {
 		err := n.guard.Check()
 		st.Clock = wire.ClockStatus{Source: "injected", Stage: "guard", Healthy: err == nil, DeltaMs: n.cfg.Clock.DeltaMs}
@@ -209,7 +190,7 @@ func (n *Node) Status(ctx context.Context) wire.Status {
 			st.Clock.Reason = clockReason(err)
 		}
 	}
-	if p := n.markerState.Load(); p != nil {
+	if p := n.hold.state.Load(); p != nil {
 		st.Clock.FailedMarker = *p
 	}
 	return st
@@ -249,8 +230,8 @@ func (n *Node) Members(ctx context.Context) ([]wire.Member, error) {
 	return out, nil
 }
 
-var errSingleNode = &api.Error{Status: http.StatusConflict, Code: "single_node",
-	Message: "this is a single-node cluster (cluster.enabled: false): there is no other voter"}
+var errSingleNode = api.Refuse(api.KindConflict, "single_node",
+	"this is a single-node cluster (cluster.enabled: false): there is no other voter")
 
 // TransferLeadership has nowhere to go in single-node mode (api.Backend).
 func (n *Node) TransferLeadership(ctx context.Context, to string) error { return errSingleNode }
@@ -258,7 +239,7 @@ func (n *Node) TransferLeadership(ctx context.Context, to string) error { return
 // RemoveMember cannot remove the only voter (api.Backend).
 func (n *Node) RemoveMember(ctx context.Context, id string) error {
 	if id != n.cfg.Cluster.Name {
-		return &api.Error{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no member %q", id)}
+		return api.Refuse(api.KindNotFound, "not_found", "no member %q", id)
 	}
 	return errSingleNode
 }
@@ -279,7 +260,7 @@ func (n *Node) expiryLoop(ctx context.Context) {
 		refusal := ""
 		if err := n.guard.Check(); err != nil {
 			refusal = "clock: " + err.Error()
-		} else if now := n.wall.Now(); n.holdingOff(now) {
+		} else if now := n.wall.Now(); n.hold.active(now) {
 			refusal = "hold_off"
 		} else {
 			n.clearHoldOff()
@@ -299,7 +280,7 @@ func (n *Node) expiryLoop(ctx context.Context) {
 // expireDue proposes one batch of Expire entries stamped with now and waits
 // for them to apply.
 func (n *Node) expireDue(ctx context.Context, now time.Time) {
-	nowMs, ok := floorMs(now)
+	nowMs, ok := protocol.FloorUnixMs(now)
 	if !ok {
 		return
 	}
@@ -308,6 +289,9 @@ func (n *Node) expireDue(ctx context.Context, now time.Time) {
 		return
 	}
 	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cons := n.cons.Load()
 	futs := make([]raft.ApplyFuture, 0, len(due))
 	for _, d := range due {
 		data, err := ticket.EncodeEntry(&ticket.Entry{Op: ticket.OpExpire, NowMs: nowMs, Name: d.Name, Token: d.Token})
@@ -315,15 +299,15 @@ func (n *Node) expireDue(ctx context.Context, now time.Time) {
 			n.log.Error("encode expire", "err", err)
 			continue
 		}
-		futs = append(futs, n.raft().Apply(data, 5*time.Second))
+		futs = append(futs, cons.ProposeAsync(ctx, data))
 	}
 	for _, f := range futs {
 		result := "error"
-		if err := f.Error(); err == nil {
-			if r, ok := f.Response().(ticket.Result); ok {
-				result = r.Code.String()
-			}
-		} else if errors.Is(err, raft.ErrRaftShutdown) || errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+		r, err := consensus.Await(ctx, f)
+		switch {
+		case err == nil:
+			result = r.Code.String()
+		case errors.Is(err, consensus.ErrShutdown), errors.Is(err, consensus.ErrNotLeader):
 			result = "unavailable"
 		}
 		n.metrics.Observe("expire", result, time.Since(start))
@@ -340,7 +324,7 @@ func (n *Node) Snapshot(ctx context.Context) (wire.SnapshotInfo, error) {
 	f := n.raft().Snapshot()
 	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNothingNewToSnapshot) {
-			return wire.SnapshotInfo{}, &api.Error{Status: http.StatusConflict, Code: "nothing_new", Message: "nothing new to snapshot since the last one"}
+			return wire.SnapshotInfo{}, api.Refuse(api.KindConflict, "nothing_new", "nothing new to snapshot since the last one")
 		}
 		return wire.SnapshotInfo{}, api.Unavailable("", "snapshot", "snapshot failed: %v", err)
 	}
@@ -352,4 +336,20 @@ func (n *Node) Snapshot(ctx context.Context) (wire.SnapshotInfo, error) {
 	rc.Close()
 	n.log.Info("snapshot taken", "id", meta.ID, "index", meta.Index, "size_bytes", meta.Size, "took", took.Round(time.Millisecond))
 	return wire.SnapshotInfo{ID: meta.ID, Index: meta.Index, Term: meta.Term, SizeBytes: meta.Size, DurationMs: took.Milliseconds(), Tickets: tickets}, nil
+}
+
+// clearHoldOff removes an earlier run's FAILED marker once the hold-off has
+// passed and the clock is still healthy (the check runs before the marker
+// lock: a Check that latches FAILED must not run under it).
+func (n *Node) clearHoldOff() {
+	if !n.hold.pending.Load() {
+		return
+	}
+	removed, err := n.hold.clear(n.guard.Check() == nil)
+	switch {
+	case err != nil:
+		n.log.Error("hold-off passed but the FAILED marker could not be removed (the next start holds off again)", "err", err)
+	case removed:
+		n.log.Info("hold-off passed with a healthy clock: FAILED marker removed", "marker", datadir.FailedFile)
+	}
 }

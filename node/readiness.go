@@ -4,6 +4,8 @@ import (
 	"github.com/tckclk/tckclk/node/api/wire"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Stage is a readiness stage of SPEC §3.5, reported by /readyz and
@@ -25,33 +27,61 @@ const (
 	StageHoldOff Stage = "hold_off"
 )
 
-// Readiness holds the node's current stage and, when not ready, why. It is
-// safe for concurrent use; the clock-health wiring may set stages too.
-type Readiness struct {
+// stageHolder holds the node's current stage and, when not ready, why: the
+// one place readiness is decided from (Node.Readiness reads it with the
+// clock, leadership and hold-off). FAILED is terminal (SPEC §3.4).
+type stageHolder struct {
 	mu     sync.Mutex
 	stage  Stage
 	reason string
+	gauge  *prometheus.GaugeVec // node_readiness_stage{stage}; nil until registered
 }
 
-// NewReadiness starts at StageStarting.
-func NewReadiness() *Readiness { return &Readiness{stage: StageStarting} }
+func newStageHolder() *stageHolder { return &stageHolder{stage: StageStarting} }
 
-// Set moves to stage with an optional reason. Once failed, the stage stays
-// failed (FAILED is terminal, SPEC §3.4).
-func (r *Readiness) Set(stage Stage, reason string) {
+// allStages lists every stage (for the gauge's labels).
+var allStages = []Stage{StageStarting, StageClockCheck, StageRaft, StageReplay, StageUniform, StageReady, StageHoldOff, StageFailed, StageStopping}
+
+// set moves to stage with an optional reason; once failed, it stays.
+func (r *stageHolder) set(stage Stage, reason string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stage == StageFailed {
 		return
 	}
 	r.stage, r.reason = stage, reason
+	r.publishLocked()
 }
 
-// Get returns the stage and reason.
-func (r *Readiness) Get() (Stage, string) {
+func (r *stageHolder) get() (Stage, string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.stage, r.reason
+}
+
+// register exports the stage as node_readiness_stage{stage} (1 for the
+// current one).
+func (r *stageHolder) register(reg prometheus.Registerer) {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "node_readiness_stage",
+		Help: "1 for the node's current readiness stage (SPEC 3.5), 0 for the others."}, []string{"stage"})
+	reg.MustRegister(g)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.gauge = g
+	r.publishLocked()
+}
+
+func (r *stageHolder) publishLocked() {
+	if r.gauge == nil {
+		return
+	}
+	for _, s := range allStages {
+		v := 0.0
+		if s == r.stage {
+			v = 1
+		}
+		r.gauge.WithLabelValues(string(s)).Set(v)
+	}
 }
 
 // ClockGuard is the node's view of clock health: Check is called before
@@ -72,7 +102,3 @@ type ClockReporter interface {
 type WallClock interface {
 	Now() time.Time
 }
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"time"
 )
 
 // Δ limits (SPEC §3.2).
@@ -166,3 +167,22 @@ func IsRollback(dWallNs int64) bool { return dWallNs < -RollbackThresholdNs }
 
 // IsStep reports |Δwall − Δmono| > 1 ms (SPEC §3.2).
 func IsStep(dWallNs, dMonoNs int64) bool { return AbsDiff(dWallNs, dMonoNs) > StepThresholdNs }
+
+// FloorUnixMs and CeilUnixMs turn a wall time into Unix ms rounded down or
+// up (SPEC §4 rounding); ok is false before 1970.
+func FloorUnixMs(t time.Time) (ms uint64, ok bool) {
+	ns := t.UnixNano()
+	if ns < 0 {
+		return 0, false
+	}
+	return uint64(ns) / nsPerMs, true
+}
+
+// CeilUnixMs: see FloorUnixMs.
+func CeilUnixMs(t time.Time) (ms uint64, ok bool) {
+	ns := t.UnixNano()
+	if ns < 0 {
+		return 0, false
+	}
+	return CeilMs(uint64(ns)), true
+}

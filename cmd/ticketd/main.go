@@ -23,7 +23,6 @@ import (
 
 	"github.com/tckclk/tckclk/internal/config"
 	"github.com/tckclk/tckclk/node"
-	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 
@@ -108,7 +107,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func exitCode(err error) int {
 	var ce *config.Error
 	var ie *node.IdentityError
-	if errors.As(err, &ce) || errors.As(err, &ie) || errors.Is(err, ticket.ErrDeltaMismatch) || errors.Is(err, clockhealth.ErrRetired) {
+	if errors.As(err, &ce) || errors.As(err, &ie) || errors.Is(err, ticket.ErrDeltaMismatch) || errors.Is(err, node.ErrRetired) {
 		return 2
 	}
 	return 1

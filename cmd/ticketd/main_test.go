@@ -156,7 +156,7 @@ func TestExitCodes(t *testing.T) {
 		{&node.IdentityError{Name: "n"}, 2},
 		{&node.DataError{File: "raft.db", Err: ticket.ErrChecksum}, 1},
 		{errors.New("listen: address in use"), 1},
-		{fmt.Errorf("node: %w", &clockhealth.RetiredError{Dir: "d", Reason: "rollback"}), 2},
+		{fmt.Errorf("node: %w", &node.RetiredError{Dir: "d", Reason: "rollback"}), 2},
 		{fmt.Errorf("node: clock_check failed: %w", &clockhealth.Error{Reason: "connect"}), 1},
 	} {
 		if got := exitCode(c.err); got != c.code {

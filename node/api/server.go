@@ -52,23 +52,6 @@ type Backend interface {
 	Snapshot(ctx context.Context) (wire.SnapshotInfo, error)
 }
 
-// Error is an answer with a status; Backends return it for anything other
-// than a 500.
-type Error struct {
-	Status  int
-	Code    string
-	Message string
-	Stage   string
-	Reason  string
-}
-
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
-
-// Unavailable is a 503 carrying the readiness stage or the failure reason.
-func Unavailable(stage, reason, format string, args ...any) *Error {
-	return &Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Stage: stage, Reason: reason, Message: fmt.Sprintf(format, args...)}
-}
-
 // Options configure the handler.
 type Options struct {
 	Backend  Backend
@@ -184,12 +167,12 @@ var opNames = map[route]string{rGrant: "grant", rRenew: "renew", rRelease: "rele
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt, method, name := match(r.URL.Path)
 	if rt == rNone {
-		s.fail(w, &Error{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no endpoint %s (see SPEC §4.1)", r.URL.Path)})
+		s.fail(w, &Error{Kind: KindNotFound, Code: "not_found", Message: fmt.Sprintf("no endpoint %s (see SPEC §4.1)", r.URL.Path)})
 		return
 	}
 	if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
 		w.Header().Set("Allow", method)
-		s.fail(w, &Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: fmt.Sprintf("%s takes %s, not %s", r.URL.Path, method, r.Method)})
+		s.fail(w, &Error{Kind: kindMethod, Code: "method_not_allowed", Message: fmt.Sprintf("%s takes %s, not %s", r.URL.Path, method, r.Method)})
 		return
 	}
 	op := opNames[rt]
@@ -216,14 +199,14 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, name st
 		return ""
 	case rMetrics:
 		if s.metrics == nil {
-			return s.fail(w, &Error{Status: http.StatusNotFound, Code: "not_found", Message: "metrics are not enabled"})
+			return s.fail(w, &Error{Kind: KindNotFound, Code: "not_found", Message: "metrics are not enabled"})
 		}
 		s.metrics.ServeHTTP(w, r)
 		return ""
 	}
 	admin := rt == rMembers || rt == rTransfer || rt == rRemove || rt == rSnapshot
 	if err := s.authorize(r, admin); err != nil {
-		if err.Status == http.StatusUnauthorized {
+		if err.Kind == kindUnauthorized {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ticketd"`)
 		}
 		return s.fail(w, err)
@@ -258,7 +241,7 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, name st
 			return s.fail(w, err)
 		}
 		if !ok {
-			return s.fail(w, &Error{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("ticket %q is not held", name)})
+			return s.fail(w, &Error{Kind: KindNotFound, Code: "not_found", Message: fmt.Sprintf("ticket %q is not held", name)})
 		}
 		writeJSON(w, http.StatusOK, TicketFrom(t))
 		return "ok"
@@ -306,7 +289,7 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, name st
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		return "ok"
 	}
-	return s.fail(w, &Error{Status: http.StatusNotFound, Code: "not_found", Message: "no such endpoint"})
+	return s.fail(w, &Error{Kind: KindNotFound, Code: "not_found", Message: "no such endpoint"})
 }
 
 func (s *server) list(w http.ResponseWriter, r *http.Request) string {
@@ -438,7 +421,7 @@ func (s *server) authorize(r *http.Request, admin bool) *Error {
 	want := s.client
 	if admin {
 		if s.admin == nil {
-			return &Error{Status: http.StatusForbidden, Code: "forbidden", Message: "the admin API is disabled; set api.admin_token_file"}
+			return &Error{Kind: kindForbidden, Code: "forbidden", Message: "the admin API is disabled; set api.admin_token_file"}
 		}
 		want = s.admin
 	}
@@ -453,13 +436,13 @@ func (s *server) authorize(r *http.Request, admin bool) *Error {
 		if admin {
 			which = "admin"
 		}
-		return &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "missing or wrong " + which + " bearer token"}
+		return &Error{Kind: kindUnauthorized, Code: "unauthorized", Message: "missing or wrong " + which + " bearer token"}
 	}
 	return nil
 }
 
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *Error) {
-	tooLarge := &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("request body is larger than %d bytes", MaxBody)}
+	tooLarge := &Error{Kind: kindTooLarge, Code: "too_large", Message: fmt.Sprintf("request body is larger than %d bytes", MaxBody)}
 	if r.ContentLength > MaxBody {
 		return nil, tooLarge
 	}
@@ -482,7 +465,7 @@ func noQuery(r *http.Request) *Error {
 }
 
 func badRequest(format string, args ...any) *Error {
-	return &Error{Status: http.StatusBadRequest, Code: "bad_request", Message: fmt.Sprintf(format, args...)}
+	return &Error{Kind: KindBadRequest, Code: "bad_request", Message: fmt.Sprintf(format, args...)}
 }
 
 // fail writes an error answer and returns its metrics label.
@@ -490,10 +473,11 @@ func (s *server) fail(w http.ResponseWriter, err error) string {
 	var e *Error
 	if !errors.As(err, &e) {
 		s.log.Error("api: internal error", "err", err)
-		e = &Error{Status: http.StatusInternalServerError, Code: "internal", Message: err.Error()}
+		e = &Error{Code: "internal", Message: err.Error()}
 	}
-	writeJSON(w, e.Status, wire.ErrorBody{Error: e.Code, Message: e.Message, Stage: e.Stage, Reason: e.Reason})
-	switch e.Status {
+	status := e.status()
+	writeJSON(w, status, wire.ErrorBody{Error: e.Code, Message: e.Message, Stage: e.Stage, Reason: e.Reason})
+	switch status {
 	case http.StatusServiceUnavailable:
 		return "unavailable"
 	case http.StatusInternalServerError:

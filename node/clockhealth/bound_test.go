@@ -132,7 +132,7 @@ func TestStaleBeforeRollback(t *testing.T) {
 }
 
 // SPEC §3.4: FAILED is a latch. The first failure's reason stays; healthy
-// samples, later failures and Advance change nothing; the hook runs once.
+// samples and later failures change nothing; Failed() closed once.
 func TestFailedIsALatch(t *testing.T) {
 	good := true
 	var hs *harness
@@ -158,29 +158,18 @@ func TestFailedIsALatch(t *testing.T) {
 	if hs.agent.Conns() != conns {
 		t.Fatal("a FAILED monitor kept probing")
 	}
-	if err := hs.mon.Advance(clockhealth.StageReady, ""); reasonOf(t, err) != protocol.ReasonUnsynced {
-		t.Fatalf("Advance after FAILED: %v", err)
-	}
 	if err := hs.mon.ClockCheck(t.Context()); reasonOf(t, err) != protocol.ReasonUnsynced {
 		t.Fatalf("ClockCheck after FAILED: %v", err)
 	}
 	st := hs.mon.Status()
-	if st.Healthy || st.Stage != clockhealth.StageFailed || st.FailedStage != clockhealth.StageListening {
+	if st.Healthy || st.Stage != clockhealth.StageFailed || st.FailedStage != clockhealth.StageChecked {
 		t.Fatalf("status %+v", st)
-	}
-	select {
-	case e := <-hs.fails:
-		t.Fatalf("OnFailed called twice (%v)", e)
-	default:
 	}
 	if v, _ := metric(t, hs.reg, "clock_failures_total", "reason", "unsynced"); v != 1 {
 		t.Fatalf("clock_failures_total{unsynced} = %v", v)
 	}
 	if v, _ := metric(t, hs.reg, "clock_health_state", "", ""); v != clockhealth.StateFailed {
 		t.Fatalf("clock_health_state = %v", v)
-	}
-	if v, _ := metric(t, hs.reg, "clock_readiness_stage", "stage", "failed"); v != 1 {
-		t.Fatalf("clock_readiness_stage{failed} = %v", v)
 	}
 }
 
@@ -189,10 +178,9 @@ func TestFailedIsALatch(t *testing.T) {
 func TestHostClockWatcher(t *testing.T) {
 	newHost := func(t *testing.T) *harness {
 		clk := clockhealthtest.NewClock(t0)
-		hs := &harness{t: t, clk: clk, fails: make(chan *clockhealth.Error, 4)}
+		hs := &harness{t: t, clk: clk}
 		mon, err := clockhealth.New(clockhealth.Options{
 			Config: clockhealth.DefaultConfig(), Wall: clk, Mono: clk, Logger: testLogger(t),
-			OnFailed: func(e *clockhealth.Error) { hs.fails <- e },
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -211,16 +199,8 @@ func TestHostClockWatcher(t *testing.T) {
 			t.Fatal(err)
 		}
 		st := hs.mon.Status()
-		if st.Mode != "host" || st.ClockStages == "" || st.Stage != clockhealth.StageListening || !st.Healthy || st.LastSample != nil {
+		if st.Mode != "host" || st.ClockStages == "" || st.Stage != clockhealth.StageChecked || !st.Healthy || st.LastSample != nil {
 			t.Fatalf("status %+v", st)
-		}
-		for _, s := range []clockhealth.Stage{clockhealth.StageJoined, clockhealth.StageUniform, clockhealth.StageReady} {
-			if err := hs.mon.Advance(s, ""); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := hs.mon.Ready(); err != nil {
-			t.Fatal(err)
 		}
 	})
 	t.Run("step at Δ/2", func(t *testing.T) {

@@ -1,13 +1,13 @@
 // Package clockhealth is the node's fail-closed clock contract (SPEC §3):
 // a prober that proves, through TCKCLK/2 agents, that the local wall clock
 // is within Δ/2 of a trusted reference; the running error bound between
-// samples; a latch that, once FAILED, never returns to healthy; the
-// `retired` marker; and the readiness stages of SPEC §3.5.
+// samples; and a latch that, once FAILED, never returns to healthy. It
+// measures and latches, nothing else: the node reads Failed() on its own
+// goroutine and decides what a failure means (markers, leadership, Raft).
 //
 // Use: New(Options) → Start → ClockCheck(ctx) (3 consecutive healthy
-// samples) → the node starts listeners and calls Advance(StageJoined),
-// Advance(StageUniform), Advance(StageReady) as it gets there → Check()
-// before every Grant, Renew and Expire it proposes → Close. With no agent
+// samples) → Check() before every Grant, Renew and Expire the node
+// proposes, and the node's run loop waits on Failed() → Close. With no agent
 // configured (single node) the monitor watches the host clock only: the
 // clock stages are skipped and Status says so.
 //
@@ -19,7 +19,7 @@
 //     stale, rollback, then step (a bound pushed past Δ/2 while
 //     |Δwall − Δmono| > 1 ms since the sample).
 //   - FAILED is a latch: the first failure wins, nothing clears it.
-//   - Every evaluation (Check, Status, Ready, the watchdog, a new sample)
+//   - Every evaluation (Check, Status, the watchdog, a new sample)
 //     reads both clocks under one mutex, so "between two evaluations"
 //     (rollback) compares readings in the order they were taken. A wall
 //     read is bracketed by two monotonic reads and retried while the bracket
@@ -28,10 +28,8 @@
 //   - Time is injected (WallClock, MonoClock, TickerFunc, Dialer); the logic
 //     calls no time.Now. Check does not allocate on its healthy path.
 //
-// Hazards: OnFailed runs on whatever goroutine latched (possibly a caller of
-// Check) and must not block. The retired marker is written only after
-// Advance(StageJoined) and only with Options.RetireDir set: a failure during
-// clock_check retires nothing (the process exits non-zero and may start
-// again). Host mode trusts the host clock's rate; it detects steps and
+// Hazards: no code outside this package runs on the goroutine that
+// latches (possibly an HTTP handler calling Check): a failure's fsyncs and
+// Raft work happen on the node's goroutine after Failed() closes. Host mode trusts the host clock's rate; it detects steps and
 // rollbacks, not a clock that is simply wrong.
 package clockhealth

@@ -52,7 +52,6 @@ type harness struct {
 	agent *clockhealthtest.Agent
 	mon   *clockhealth.Monitor
 	reg   *prometheus.Registry
-	fails chan *clockhealth.Error
 }
 
 // healthy answers R = the manual wall clock in ms, u = 3, synced, age 100:
@@ -67,7 +66,7 @@ func healthy(clk *clockhealthtest.Clock, a **clockhealthtest.Agent) clockhealtht
 // pointed at it; edit adjusts the options before New.
 func newHarness(t *testing.T, h clockhealthtest.Handler, edit func(*clockhealth.Options)) *harness {
 	t.Helper()
-	hs := &harness{t: t, clk: clockhealthtest.NewClock(t0), reg: prometheus.NewRegistry(), fails: make(chan *clockhealth.Error, 4)}
+	hs := &harness{t: t, clk: clockhealthtest.NewClock(t0), reg: prometheus.NewRegistry()}
 	if h == nil {
 		h = healthy(hs.clk, &hs.agent)
 	}
@@ -79,7 +78,6 @@ func newHarness(t *testing.T, h clockhealthtest.Handler, edit func(*clockhealth.
 		Mono:       hs.clk,
 		Logger:     testLogger(t),
 		Registerer: hs.reg,
-		OnFailed:   func(e *clockhealth.Error) { hs.fails <- e },
 	}
 	if edit != nil {
 		edit(&opts)
@@ -117,7 +115,7 @@ func reasonOf(t testing.TB, err error) protocol.Reason {
 }
 
 // wantFailed asserts the monitor latched FAILED with reason r: the error,
-// Check, Status, the stage and the hook all agree.
+// Check, Status, the stage and Failed() all agree.
 func (hs *harness) wantFailed(err error, r protocol.Reason) {
 	hs.t.Helper()
 	if got := reasonOf(hs.t, err); got != r {
@@ -135,17 +133,12 @@ func (hs *harness) wantFailed(err error, r protocol.Reason) {
 		hs.t.Fatalf("status %+v, want stage failed reason %s", st, r)
 	}
 	select {
-	case e := <-hs.fails:
-		if e.Reason != r {
-			hs.t.Fatalf("OnFailed reason %s, want %s", e.Reason, r)
-		}
-	case <-time.After(5 * time.Second):
-		hs.t.Fatal("OnFailed not called")
-	}
-	select {
 	case <-hs.mon.Failed():
 	case <-time.After(5 * time.Second):
 		hs.t.Fatal("Failed() not closed")
+	}
+	if e := hs.mon.Err(); reasonOf(hs.t, e) != r {
+		hs.t.Fatalf("Err after Failed(): %v, want reason %s", e, r)
 	}
 }
 

@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,158 +17,32 @@ import (
 	"github.com/tckclk/tckclk/protocol"
 )
 
-// SPEC §3.5: stages move forward only; joined marks the point after which a
-// FAILED retires the NodeId.
-func TestStagesForwardOnly(t *testing.T) {
-	hs := checked(t, nil)
-	if got := hs.mon.Stage(); got != clockhealth.StageListening {
-		t.Fatalf("after clock_check: %s", got)
+// SPEC §3.5: the monitor's own stages are clock_check → checked → failed;
+// the node's readiness stages are the node's. A failure after clock_check
+// closes Failed() and names the stage it came from.
+func TestStagesClockCheckCheckedFailed(t *testing.T) {
+	hs := newHarness(t, nil, nil)
+	if st := hs.mon.Status(); st.Stage != clockhealth.StageClockCheck || st.Healthy {
+		t.Fatalf("before clock_check: %+v", st)
 	}
-	if err := hs.mon.Ready(); !isStage(err, clockhealth.StageListening) {
-		t.Fatalf("Ready in listening: %v", err)
+	hs.pass(3)
+	if st := hs.mon.Status(); st.Stage != clockhealth.StageChecked || !st.Healthy || !st.ClockCheckPassed {
+		t.Fatalf("after clock_check: %+v", st)
 	}
-	if hs.mon.Joined() {
-		t.Fatal("joined before Advance(joined)")
-	}
-	if err := hs.mon.Advance(clockhealth.StageJoined, "joined via 10.0.0.1"); err != nil {
-		t.Fatal(err)
-	}
-	if !hs.mon.Joined() {
-		t.Fatal("not joined after Advance(joined)")
-	}
-	if err := hs.mon.Advance(clockhealth.StageListening, ""); err == nil {
-		t.Fatal("went back to listening")
-	}
-	if err := hs.mon.Advance(clockhealth.StageFailed, ""); err == nil {
-		t.Fatal("entered failed through Advance")
-	}
-	if err := hs.mon.Advance("bogus", ""); err == nil {
-		t.Fatal("entered an unknown stage")
-	}
-	if err := hs.mon.Advance(clockhealth.StageUniform, "waiting for 1 voter"); err != nil {
-		t.Fatal(err)
-	}
-	if err := hs.mon.Advance(clockhealth.StageUniform, "all voters uniform"); err != nil {
-		t.Fatal(err)
-	}
-	if st := hs.mon.Status(); st.StageDetail != "all voters uniform" || !st.Joined {
-		t.Fatalf("status %+v", st)
-	}
-	if err := hs.mon.Advance(clockhealth.StageReady, ""); err != nil {
-		t.Fatal(err)
-	}
-	if err := hs.mon.Ready(); err != nil {
-		t.Fatal(err)
-	}
-	if v, _ := metric(t, hs.reg, "clock_readiness_stage", "stage", "ready"); v != 1 {
-		t.Fatalf("clock_readiness_stage{ready} = %v", v)
-	}
-	if v, _ := metric(t, hs.reg, "clock_readiness_stage", "stage", "uniform"); v != 0 {
-		t.Fatalf("clock_readiness_stage{uniform} = %v", v)
+	select {
+	case <-hs.mon.Failed():
+		t.Fatal("Failed() closed while healthy")
+	default:
 	}
 	hs.clk.StepWall(-time.Second)
-	if err := hs.mon.Ready(); reasonOf(t, err) != protocol.ReasonRollback {
-		t.Fatalf("Ready after a rollback: %v", err)
+	err := hs.mon.Check()
+	hs.wantFailed(err, protocol.ReasonRollback)
+	var ce *clockhealth.Error
+	if !errors.As(err, &ce) || ce.Stage != clockhealth.StageChecked {
+		t.Fatalf("failed stage: %v", err)
 	}
-}
-
-func isStage(err error, s clockhealth.Stage) bool {
-	var se *clockhealth.StageError
-	return errors.As(err, &se) && se.Stage == s
-}
-
-// SPEC §3.4: a FAILED after joining writes the retired marker (when a
-// retire dir is given); a restart on it is refused with a message asking for
-// a new NodeId. A FAILED during clock_check, or before joining, or in single
-// node mode (no retire dir) retires nothing.
-func TestRetiredMarker(t *testing.T) {
-	fail := func(hs *harness) { hs.clk.StepWall(-time.Second); _ = hs.mon.Check() }
-	t.Run("after joining", func(t *testing.T) {
-		dir := t.TempDir()
-		hs := checked(t, func(o *clockhealth.Options) { o.RetireDir = dir })
-		if err := hs.mon.Advance(clockhealth.StageJoined, ""); err != nil {
-			t.Fatal(err)
-		}
-		if err := clockhealth.CheckRetired(dir); err != nil {
-			t.Fatalf("retired before failing: %v", err)
-		}
-		fail(hs)
-		hs.wantFailed(hs.mon.Err(), protocol.ReasonRollback) // Failed() closes after the marker is written
-		err := clockhealth.CheckRetired(dir)
-		var re *clockhealth.RetiredError
-		if !errors.As(err, &re) || !errors.Is(err, clockhealth.ErrRetired) {
-			t.Fatalf("CheckRetired: %v", err)
-		}
-		if !strings.Contains(err.Error(), "new NodeId") || !strings.Contains(re.Reason, "rollback") {
-			t.Fatalf("message %q", err)
-		}
-		if st := hs.mon.Status(); !st.Retired || st.RetireError != "" {
-			t.Fatalf("status %+v", st)
-		}
-		fi, err := os.Stat(filepath.Join(dir, clockhealth.RetiredFile))
-		if err != nil || fi.Mode().Perm()&0o077 != 0 {
-			t.Fatalf("marker %v %v", fi, err)
-		}
-	})
-	for _, tc := range []struct {
-		name  string
-		setup func(t *testing.T, dir string) *harness
-	}{
-		{"during clock_check", func(t *testing.T, dir string) *harness {
-			hs := newHarness(t, nil, func(o *clockhealth.Options) { o.RetireDir = dir })
-			hs.pass(1)
-			return hs
-		}},
-		{"listening, not joined", func(t *testing.T, dir string) *harness {
-			return checked(t, func(o *clockhealth.Options) { o.RetireDir = dir })
-		}},
-		{"joined, single node (no retire dir)", func(t *testing.T, dir string) *harness {
-			hs := checked(t, nil)
-			if err := hs.mon.Advance(clockhealth.StageJoined, ""); err != nil {
-				t.Fatal(err)
-			}
-			return hs
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			hs := tc.setup(t, dir)
-			fail(hs)
-			hs.wantFailed(hs.mon.Err(), protocol.ReasonRollback)
-			if err := clockhealth.CheckRetired(dir); err != nil {
-				t.Fatalf("retired: %v", err)
-			}
-			if st := hs.mon.Status(); st.Retired {
-				t.Fatal("status says retired")
-			}
-		})
-	}
-}
-
-// SPEC §3.4: the marker round-trips; a marker that cannot be read refuses
-// start-up too (fail closed); control characters in a reason are flattened.
-func TestRetiredMarkerFile(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "data")
-	if err := clockhealth.CheckRetired(dir); err != nil {
-		t.Fatalf("missing dir: %v", err)
-	}
-	if err := clockhealth.WriteRetired(dir, "clockhealth: FAILED (step)\nforged: line"); err != nil {
-		t.Fatal(err)
-	}
-	var re *clockhealth.RetiredError
-	if err := clockhealth.CheckRetired(dir); !errors.As(err, &re) || re.Reason != "clockhealth: FAILED (step) forged: line" {
-		t.Fatalf("%v (%+v)", err, re)
-	}
-	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 {
-		t.Fatalf("temporary files left: %v", entries)
-	}
-	odd := t.TempDir()
-	if err := os.Mkdir(filepath.Join(odd, clockhealth.RetiredFile), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := clockhealth.CheckRetired(odd); err == nil {
-		t.Fatal("an unreadable marker passed")
+	if st := hs.mon.Status(); st.FailedStage != clockhealth.StageChecked {
+		t.Fatalf("status %+v", st)
 	}
 }
 
@@ -291,7 +162,7 @@ func TestStatusJSON(t *testing.T) {
 			t.Fatalf("last_sample key %q missing in %s", k, raw)
 		}
 	}
-	if m["stage"] != "listening" || m["healthy"] != true {
+	if m["stage"] != "checked" || m["healthy"] != true {
 		t.Fatalf("%s", raw)
 	}
 }

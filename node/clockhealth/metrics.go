@@ -24,7 +24,6 @@ type metrics struct {
 	bound    prometheus.Gauge
 	rtt      prometheus.Gauge
 	dev      prometheus.Gauge
-	stage    *prometheus.GaugeVec
 	samples  map[string]prometheus.Counter          // by result
 	failures map[protocol.Reason]prometheus.Counter // by reason
 }
@@ -50,10 +49,6 @@ func newMetrics(reg prometheus.Registerer, dev bool) (*metrics, error) {
 			Name: "clock_dev_reference",
 			Help: "1 when clock.dev_reference is set: samples come from a development reference agent, not a real time source.",
 		}),
-		stage: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "clock_readiness_stage",
-			Help: "1 for the node's current readiness stage (SPEC 3.5), 0 for the others.",
-		}, []string{"stage"}),
 		samples:  map[string]prometheus.Counter{},
 		failures: map[protocol.Reason]prometheus.Counter{},
 	}
@@ -70,14 +65,11 @@ func newMetrics(reg prometheus.Registerer, dev bool) (*metrics, error) {
 		m.samples[string(r)] = samples.WithLabelValues(string(r))
 		m.failures[r] = failures.WithLabelValues(string(r))
 	}
-	for _, s := range Stages() {
-		m.stage.WithLabelValues(string(s))
-	}
 	if dev {
 		m.dev.Set(1)
 	}
 	if reg != nil {
-		all := []prometheus.Collector{m.state, m.bound, m.rtt, m.dev, m.stage, samples, failures}
+		all := []prometheus.Collector{m.state, m.bound, m.rtt, m.dev, samples, failures}
 		for i, c := range all {
 			if err := reg.Register(c); err != nil {
 				for _, done := range all[:i] {
@@ -93,15 +85,5 @@ func newMetrics(reg prometheus.Registerer, dev bool) (*metrics, error) {
 func (m *metrics) sample(result string) {
 	if c, ok := m.samples[result]; ok {
 		c.Inc()
-	}
-}
-
-func (m *metrics) setStage(s Stage) {
-	for _, x := range Stages() {
-		v := 0.0
-		if x == s {
-			v = 1
-		}
-		m.stage.WithLabelValues(string(x)).Set(v)
 	}
 }

@@ -44,20 +44,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the clock metrics; nil registers nothing.
 	Registerer prometheus.Registerer
-	// RetireDir is the data dir a FAILED after Advance(StageJoined) writes
-	// the retired marker into (SPEC §3.4). Empty: never write one (single
-	// node mode, whose restart rule is the node's own).
-	RetireDir string
-	// OnFailed, if set, is called once, after the retired marker (if any)
-	// is written and before Failed() is closed, by the goroutine that
-	// latched the failure — possibly a caller of Check. It must not block:
-	// hand the work (leadership transfer, Raft shutdown) to the node.
-	OnFailed func(*Error)
 }
 
 // Monitor is the node's clock health (SPEC §3): the prober, the running
-// bound, the FAILED latch and the readiness stage. All methods are safe for
-// concurrent use.
+// bound and the FAILED latch. It measures and latches; what a failure means
+// (markers, leadership, Raft) is the node's, which reacts to Failed() on its
+// own goroutine. All methods are safe for concurrent use.
 type Monitor struct {
 	cfg        Config
 	host       bool // no agent: watch the host clock only (SPEC §4)
@@ -69,8 +61,6 @@ type Monitor struct {
 	newTicker  TickerFunc
 	log        *slog.Logger
 	met        *metrics
-	retireDir  string
-	onFailed   func(*Error)
 	timeout    time.Duration
 	interval   time.Duration
 	watchEvery time.Duration
@@ -93,10 +83,7 @@ type Monitor struct {
 	checked   bool   // clock_check passed
 	stage     Stage
 	detail    string
-	joined    bool
 	failErr   *Error
-	retired   bool
-	retireErr string
 	agents    []agentState
 	checkedCh chan struct{}
 	failedCh  chan struct{}
@@ -112,7 +99,7 @@ type agentState struct {
 }
 
 // New validates opts and returns a Monitor in stage clock_check (or, with
-// no agent configured, in stage listening with the clock stages skipped).
+// no agent configured, in stage checked with the clock stages skipped).
 // Call Start to run the prober and the watchdog, and Close to stop them.
 func New(opts Options) (*Monitor, error) {
 	cfg := opts.Config
@@ -129,8 +116,6 @@ func New(opts Options) (*Monitor, error) {
 		rand:      opts.Rand,
 		newTicker: opts.NewTicker,
 		log:       opts.Logger,
-		retireDir: opts.RetireDir,
-		onFailed:  opts.OnFailed,
 		timeout:   time.Duration(cfg.ProbeTimeoutMs) * time.Millisecond,
 		interval:  time.Duration(cfg.ProbeIntervalMs) * time.Millisecond,
 		halfDelta: cfg.DeltaMs / 2,
@@ -183,7 +168,7 @@ func New(opts Options) (*Monitor, error) {
 	if m.host {
 		m.checked = true
 		close(m.checkedCh)
-		m.stage = StageListening
+		m.stage = StageChecked
 		m.detail = "no clock agent configured: clock stages skipped; the host clock is trusted and watched for rollback and step"
 		m.met.state.Set(StateHealthy)
 		m.log.Info("clock health: no agent, watching the host clock for rollback and step", "delta_ms", cfg.DeltaMs)
@@ -197,7 +182,6 @@ func New(opts Options) (*Monitor, error) {
 	if cfg.DevReference {
 		m.log.Warn("clock health: DEV REFERENCE: clock.dev_reference is set, samples come from a development agent (dev_key), not a trusted time source")
 	}
-	m.met.setStage(m.stage)
 	return m, nil
 }
 
@@ -325,8 +309,8 @@ func (m *Monitor) Err() error {
 	return m.failErr
 }
 
-// Failed is closed once the clock FAILED and the retired marker (if due)
-// is written.
+// Failed is closed once the clock FAILED (the latch's side effects in this
+// package — metrics, the log line — are done).
 func (m *Monitor) Failed() <-chan struct{} { return m.failedCh }
 
 // Check re-evaluates the clock now, from the injected clocks (SPEC §3.2):
@@ -415,35 +399,14 @@ func (m *Monitor) latchLocked(perr *protocol.Error, agent string) (e *Error, fir
 }
 
 // afterFail runs the side effects of the latch once, outside the lock:
-// metrics, the log line, the retired marker (only after joining), the hook,
-// then Failed() is closed.
+// metrics and the log line, then Failed() is closed.
 func (m *Monitor) afterFail(e *Error) {
 	m.met.state.Set(StateFailed)
 	if c, ok := m.met.failures[e.Reason]; ok {
 		c.Inc()
 	}
-	m.met.setStage(StageFailed)
-	m.mu.Lock()
-	retire := m.joined && m.retireDir != ""
-	m.mu.Unlock()
 	m.log.Error("clock health FAILED: this process will not grant again", "reason", string(e.Reason),
-		"agent", e.Agent, "stage", string(e.Stage), "err", e.Error(), "retire", retire)
-	if retire {
-		err := WriteRetired(m.retireDir, e.Error())
-		m.mu.Lock()
-		if err != nil {
-			m.retireErr = err.Error()
-		} else {
-			m.retired = true
-		}
-		m.mu.Unlock()
-		if err != nil {
-			m.log.Error("clock health: writing the retired marker failed", "dir", m.retireDir, "err", err)
-		}
-	}
-	if m.onFailed != nil {
-		m.onFailed(e)
-	}
+		"agent", e.Agent, "stage", string(e.Stage), "err", e.Error())
 	close(m.failedCh)
 }
 
@@ -539,10 +502,9 @@ func (m *Monitor) acceptLocked(x *exchange) (*Error, bool) {
 	m.rounds++
 	if !m.checked && m.rounds >= ClockCheckSamples {
 		m.checked = true
-		m.stage = StageListening
+		m.stage = StageChecked
 		m.detail = fmt.Sprintf("clock_check passed (%d consecutive healthy samples)", ClockCheckSamples)
 		close(m.checkedCh)
-		m.met.setStage(m.stage)
 		m.met.state.Set(StateHealthy)
 		m.log.Info("clock health: clock_check passed", "bound_ms", m.boundMs, "delta_ms", m.cfg.DeltaMs)
 	}
@@ -572,63 +534,6 @@ func (m *Monitor) tallyLocked(x *exchange) {
 	}
 }
 
-// Advance moves the readiness stage forward (SPEC §3.5): the node calls it
-// with StageListening, StageJoined (from then on a FAILED retires this
-// NodeId), StageUniform and StageReady, with a human detail. Stages never
-// move back; calling with the current stage updates the detail. It fails
-// with ErrClockCheck before clock_check passed and with the *Error once
-// FAILED.
-func (m *Monitor) Advance(s Stage, detail string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	switch {
-	case m.failErr != nil:
-		return m.failErr
-	case s == StageFailed || s.rank() < 0:
-		return fmt.Errorf("clockhealth: Advance(%q): not a stage the node can enter", s)
-	case !m.checked:
-		return ErrClockCheck
-	case s.rank() < m.stage.rank():
-		return fmt.Errorf("clockhealth: Advance(%s): stages only move forward (now %s)", s, m.stage)
-	}
-	m.stage, m.detail = s, detail
-	if s.rank() >= StageJoined.rank() {
-		m.joined = true
-	}
-	m.met.setStage(s)
-	return nil
-}
-
-// Joined reports whether the node has reached StageJoined: a FAILED from now
-// on retires the NodeId (when RetireDir is set); before it, nothing is.
-func (m *Monitor) Joined() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.joined
-}
-
-// Stage returns the current stage.
-func (m *Monitor) Stage() Stage {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.stage
-}
-
-// Ready is /readyz's clock part: nil only in StageReady with a healthy
-// clock (Check). Otherwise the *Error once FAILED, ErrClockCheck, or a
-// *StageError naming the stage. Whether a leader is known is the node's.
-func (m *Monitor) Ready() error {
-	if err := m.Check(); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.stage != StageReady {
-		return &StageError{Stage: m.stage, Detail: m.detail}
-	}
-	return nil
-}
-
 // Status evaluates the clock now (as Check) and returns a snapshot for
 // /readyz and /v1/status.
 func (m *Monitor) Status() Status {
@@ -647,9 +552,6 @@ func (m *Monitor) Status() Status {
 		BoundLimitMs:     m.halfDelta,
 		ClockCheckPassed: m.checked,
 		HealthyRounds:    m.rounds,
-		Joined:           m.joined,
-		Retired:          m.retired,
-		RetireError:      m.retireErr,
 	}
 	if m.host {
 		st.Mode = "host"

@@ -19,14 +19,14 @@ import (
 func TestClockCheckThreeHealthySamples(t *testing.T) {
 	hs := newHarness(t, nil, nil)
 	for i := 1; i <= clockhealth.ClockCheckSamples; i++ {
-		if got := hs.mon.Stage(); got != clockhealth.StageClockCheck {
+		if got := hs.mon.Status().Stage; got != clockhealth.StageClockCheck {
 			t.Fatalf("before round %d: stage %s", i, got)
 		}
 		if err := hs.mon.Check(); !errors.Is(err, clockhealth.ErrClockCheck) {
 			t.Fatalf("before round %d: Check = %v, want ErrClockCheck", i, err)
 		}
-		if err := hs.mon.Advance(clockhealth.StageListening, ""); !errors.Is(err, clockhealth.ErrClockCheck) {
-			t.Fatalf("Advance before clock_check: %v", err)
+		if err := hs.mon.Check(); !errors.Is(err, clockhealth.ErrClockCheck) {
+			t.Fatalf("Check before clock_check: %v", err)
 		}
 		err := hs.mon.Probe(t.Context())
 		if i < clockhealth.ClockCheckSamples && !errors.Is(err, clockhealth.ErrClockCheck) && err != nil {
@@ -41,7 +41,7 @@ func TestClockCheckThreeHealthySamples(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := hs.mon.Status()
-	if st.Stage != clockhealth.StageListening || !st.Healthy || !st.ClockCheckPassed || st.HealthyRounds != 3 || st.Mode != "agent" {
+	if st.Stage != clockhealth.StageChecked || !st.Healthy || !st.ClockCheckPassed || st.HealthyRounds != 3 || st.Mode != "agent" {
 		t.Fatalf("status %+v", st)
 	}
 	ls := st.LastSample

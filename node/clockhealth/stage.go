@@ -2,41 +2,23 @@ package clockhealth
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/tckclk/tckclk/protocol"
 )
 
-// Stage is a readiness stage of SPEC §3.5. The node moves forward through
-// them in order; StageFailed is entered only through the FAILED latch and is
-// terminal.
+// Stage is where the clock stands: clock_check until 3 consecutive healthy
+// samples, then checked, and failed once the latch moved (terminal). The
+// node's readiness stages (SPEC §3.5) are the node's own.
 type Stage string
 
-// The stages of SPEC §3.5, in order.
+// The clock's stages, in order.
 const (
 	StageClockCheck Stage = "clock_check" // proving 3 consecutive healthy samples
-	StageListening  Stage = "listening"   // Raft/mesh/API listeners starting
-	StageJoined     Stage = "joined"      // bootstrapped or joined: a FAILED now retires the NodeId
-	StageUniform    Stage = "uniform"     // every voter advertises the same Δ, version and a healthy clock
-	StageReady      Stage = "ready"       // serving clients
+	StageChecked    Stage = "checked"     // clock_check passed (or skipped: host mode)
 	StageFailed     Stage = "failed"      // FAILED latch (terminal)
 )
 
-// Stages lists every stage in order.
-func Stages() []Stage {
-	return []Stage{StageClockCheck, StageListening, StageJoined, StageUniform, StageReady, StageFailed}
-}
-
-func (s Stage) rank() int {
-	for i, x := range Stages() {
-		if s == x {
-			return i
-		}
-	}
-	return -1
-}
-
-// ErrClockCheck is returned by Check, Ready and Advance while the clock has
+// ErrClockCheck is returned by Check while the clock has
 // not yet passed clock_check (3 consecutive healthy samples). It carries no
 // SPEC §1.5 reason: the node is not failed, just not yet proven.
 var ErrClockCheck = errors.New("clockhealth: clock_check has not passed yet (needs 3 consecutive healthy samples)")
@@ -73,19 +55,6 @@ func (e *Error) Unwrap() error {
 	return e.Err
 }
 
-// StageError says which stage a not-yet-ready node is in (a 503 for /readyz).
-type StageError struct {
-	Stage  Stage
-	Detail string
-}
-
-func (e *StageError) Error() string {
-	if e.Detail == "" {
-		return fmt.Sprintf("clockhealth: not ready: stage %s", e.Stage)
-	}
-	return fmt.Sprintf("clockhealth: not ready: stage %s: %s", e.Stage, e.Detail)
-}
-
 // Status is a snapshot for /readyz and /v1/status (JSON-ready).
 type Status struct {
 	Stage       Stage  `json:"stage"`
@@ -103,10 +72,7 @@ type Status struct {
 	BoundMs          uint64          `json:"bound_ms"`       // running bound at this evaluation
 	BoundLimitMs     uint64          `json:"bound_limit_ms"` // Δ/2
 	ClockCheckPassed bool            `json:"clock_check_passed"`
-	HealthyRounds    uint64          `json:"healthy_rounds"` // consecutive healthy probe rounds
-	Joined           bool            `json:"joined"`
-	Retired          bool            `json:"retired,omitempty"`      // the retired marker was written
-	RetireError      string          `json:"retire_error,omitempty"` // writing it failed (the process must still stop)
+	HealthyRounds    uint64          `json:"healthy_rounds"`         // consecutive healthy probe rounds
 	LastSample       *SampleStatus   `json:"last_sample,omitempty"`  // the last healthy sample
 	Agents           []AgentStatus   `json:"agents,omitempty"`       // per-agent counters (SPEC §3.1)
 	StalenessMs      uint64          `json:"staleness_ms,omitempty"` // clock.staleness_ms

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/tckclk/tckclk/protocol"
 	"hash/crc32"
 	"math"
 )
@@ -111,8 +112,8 @@ func ExpiryFor(nowMs uint64, leaseS uint8, deltaMs uint64) (uint64, bool) {
 func (e *Entry) Validate() error {
 	switch e.Op {
 	case OpInit:
-		if e.DeltaMs < 2 || e.DeltaMs > 60000 {
-			return fmt.Errorf("init delta_ms %d is outside 2..=60000", e.DeltaMs)
+		if protocol.ValidateDelta(e.DeltaMs) != nil {
+			return fmt.Errorf("init delta_ms %d is outside %d..=%d", e.DeltaMs, protocol.MinDeltaMs, protocol.MaxDeltaMs)
 		}
 		return nil
 	case OpGrant, OpRenew, OpRelease, OpExpire:
@@ -138,7 +139,7 @@ func (e *Entry) Validate() error {
 			return fmt.Errorf("recv_ms %d is after now_ms %d", e.RecvMs, e.NowMs)
 		}
 		lo, ok1 := ExpiryFor(e.NowMs, e.LeaseS, 2)
-		hi, ok2 := ExpiryFor(e.NowMs, e.LeaseS, 60000)
+		hi, ok2 := ExpiryFor(e.NowMs, e.LeaseS, protocol.MaxDeltaMs)
 		if !ok1 || !ok2 {
 			return fmt.Errorf("now_ms %d overflows with the lease", e.NowMs)
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/tckclk/tckclk/protocol"
 	"hash"
 	"hash/crc32"
 	"io"
@@ -135,8 +136,8 @@ func ReadSnapshot(r io.Reader) (*Snapshot, error) {
 		DeltaMs: binary.BigEndian.Uint64(hdr[10:18]),
 		Index:   binary.BigEndian.Uint64(hdr[18:26]),
 	}
-	if s.DeltaMs < 2 || s.DeltaMs > 60000 {
-		return nil, snapErr(ErrDeltaRange, "Δ %d ms is outside 2..=60000", s.DeltaMs)
+	if protocol.ValidateDelta(s.DeltaMs) != nil {
+		return nil, snapErr(ErrDeltaRange, "Δ %d ms is outside %d..=%d", s.DeltaMs, protocol.MinDeltaMs, protocol.MaxDeltaMs)
 	}
 	count := binary.BigEndian.Uint64(hdr[26:34])
 	// Never trust count for an allocation: a ticket takes at least 30 bytes.
@@ -201,18 +202,10 @@ func checkTicket(t *Ticket, s *Snapshot, i uint64) error {
 	if err := ValidLease(int64(t.LeaseS)); err != nil {
 		return bad("%v", err)
 	}
-	if lo, ok := AddSat(t.ValidBeforeMs, s.DeltaMs); !ok || t.ExpiryMs < lo {
+	if lo, ok := protocol.AddSat(t.ValidBeforeMs, s.DeltaMs); !ok || t.ExpiryMs < lo {
 		return bad("expiry %d is earlier than valid_before %d + Δ %d", t.ExpiryMs, t.ValidBeforeMs, s.DeltaMs)
 	}
 	return nil
-}
-
-// AddSat is a+b, or false when it overflows.
-func AddSat(a, b uint64) (uint64, bool) {
-	if s := a + b; s >= a {
-		return s, true
-	}
-	return 0, false
 }
 
 type snapReader struct {

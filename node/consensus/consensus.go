@@ -1,0 +1,245 @@
+package consensus
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/tckclk/tckclk/node/datadir"
+	"github.com/tckclk/tckclk/node/ticket"
+)
+
+// retainSnaps is how many snapshots the store keeps.
+const retainSnaps = 2
+
+// Timing are Raft's timeouts.
+type Timing struct {
+	Heartbeat   time.Duration
+	Election    time.Duration
+	LeaderLease time.Duration
+	Commit      time.Duration
+}
+
+// SingleNodeTiming elects at once: one voter, no network.
+func SingleNodeTiming() Timing {
+	return Timing{Heartbeat: 200 * time.Millisecond, Election: 200 * time.Millisecond,
+		LeaderLease: 100 * time.Millisecond, Commit: 5 * time.Millisecond}
+}
+
+// ClusterTiming suits voters on one private network (loopback tests to a
+// LAN): hashicorp/raft's defaults scaled to a LAN's latency.
+func ClusterTiming() Timing {
+	return Timing{Heartbeat: 500 * time.Millisecond, Election: 500 * time.Millisecond,
+		LeaderLease: 250 * time.Millisecond, Commit: 5 * time.Millisecond}
+}
+
+// Options open a Raft.
+type Options struct {
+	Dir     *datadir.Dir
+	FSM     *ticket.FSM
+	LocalID string
+	// Transport carries Raft's RPCs; nil: an in-memory transport (a single
+	// node that talks to nobody).
+	Transport raft.Transport
+	// Bootstrap, when set, is the configuration to bootstrap with if the
+	// data dir holds no Raft state. Nil: never bootstrap here (wait to be
+	// added, or call BootstrapCluster later).
+	Bootstrap *raft.Configuration
+	// RequireVoter refuses a data dir whose configuration does not make
+	// LocalID a voter (single node: the dir belongs to another NodeId).
+	RequireVoter bool
+	Timing       Timing // zero fields: SingleNodeTiming's
+	// Snapshot settings (cluster.raft.*); zero: raft's defaults.
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
+	TrailingLogs      uint64
+	// Notify receives leadership changes (raft.Config.NotifyCh).
+	Notify chan bool
+	Logger *slog.Logger
+}
+
+// Raft is an open Raft instance and its stores.
+type Raft struct {
+	r      *raft.Raft
+	store  *raftboltdb.BoltStore
+	trans  raft.Transport
+	snaps  *raft.FileSnapshotStore
+	dbPath string
+	ownsTr bool
+	dir    *datadir.Dir
+}
+
+// Open verifies and restores the newest snapshot, opens the log, bootstraps
+// when told to and there is no state, and starts Raft.
+func Open(o Options) (_ *Raft, err error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	raftLog := &hclogWriter{log: log.With("component", "raft")}
+	p := &Raft{dbPath: o.Dir.RaftDB(), dir: o.Dir}
+	// A data dir that has run before has both raft.db and snapshots/ (the
+	// snapshot store creates it on the first open): raft.db missing beside
+	// it was deleted, and starting would forget every acknowledged write.
+	if o.Dir.Exists(datadir.SnapshotsDir) && !o.Dir.Exists(datadir.RaftDBFile) {
+		return nil, &datadir.Error{File: p.dbPath, Err: errors.New("the Raft log is missing but snapshots/ exists (this data dir has run before): " +
+			"refusing to start (it would forget acknowledged writes and reuse fencing tokens); see docs/data-dir.md")}
+	}
+	hwm, err := readHighWater(o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			p.Close()
+		}
+	}()
+	p.snaps, err = raft.NewFileSnapshotStore(o.Dir.Path(), retainSnaps, raftLog)
+	if err != nil {
+		return nil, &datadir.Error{File: o.Dir.Snapshots(), Err: err}
+	}
+	snap, err := restoreNewestSnapshot(o.Dir, p.snaps, o.FSM)
+	if err != nil {
+		return nil, err
+	}
+	if snap != nil {
+		log.Info("restored snapshot", "id", snap.ID, "index", snap.Index, "tickets", o.FSM.Len(), "delta_ms", o.FSM.Delta())
+	}
+	p.store, err = openBolt(p.dbPath)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkLog(p.dbPath, p.store, snap, hwm, o.RequireVoter); err != nil {
+		return nil, err
+	}
+	p.trans = o.Transport
+	if p.trans == nil {
+		_, p.trans = raft.NewInmemTransport(raft.ServerAddress(o.LocalID))
+		p.ownsTr = true
+	}
+	rc := raftConfig(&o, raftLog)
+	if err := raft.ValidateConfig(rc); err != nil {
+		return nil, fmt.Errorf("consensus: raft config: %w", err)
+	}
+	existing, err := raft.HasExistingState(p.store, p.store, p.snaps)
+	if err != nil {
+		return nil, &datadir.Error{File: p.dbPath, Err: err}
+	}
+	if !existing && o.Bootstrap != nil {
+		if err := raft.BootstrapCluster(rc, p.store, p.store, p.snaps, p.trans, *o.Bootstrap); err != nil {
+			return nil, &datadir.Error{File: p.dbPath, Err: fmt.Errorf("bootstrap: %w", err)}
+		}
+		log.Info("bootstrapped", "node_id", o.LocalID, "voters", len(o.Bootstrap.Servers), "data_dir", o.Dir.Path())
+	}
+	cache, err := raft.NewLogCache(1024, p.store)
+	if err != nil {
+		return nil, err
+	}
+	p.r, err = raft.NewRaft(rc, &raftFSM{t: o.FSM}, cache, p.store, p.snaps, p.trans)
+	if err != nil {
+		return nil, &datadir.Error{File: p.dbPath, Err: err}
+	}
+	if !o.RequireVoter {
+		return p, nil
+	}
+	servers, err := p.Servers()
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, s := range servers {
+		if s.ID == rc.LocalID && s.Suffrage == raft.Voter {
+			return p, nil
+		}
+		ids = append(ids, string(s.ID))
+	}
+	return nil, &IdentityError{DataDir: o.Dir.Path(), Name: o.LocalID, Members: ids}
+}
+
+func raftConfig(o *Options, out io.Writer) *raft.Config {
+	t, d := o.Timing, SingleNodeTiming()
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(o.LocalID)
+	rc.LogOutput, rc.LogLevel = out, "INFO"
+	rc.NotifyCh = o.Notify
+	rc.NoSnapshotRestoreOnStart = true // restoreNewestSnapshot did it, without fall-back
+	// BatchApplyCh stays off: with a buffered applyCh a future still in the
+	// buffer when Raft shuts down is never answered and its waiter hangs
+	// (seen when the FSM stops during replay). Group commit works without
+	// it: the leader drains every Apply blocked on the channel into one
+	// StoreLogs (one fsync'd bolt transaction), up to MaxAppendEntries.
+	rc.MaxAppendEntries = 512
+	if o.SnapshotThreshold > 0 {
+		rc.SnapshotThreshold = o.SnapshotThreshold
+	}
+	if o.SnapshotInterval > 0 {
+		rc.SnapshotInterval = o.SnapshotInterval
+	}
+	if o.TrailingLogs > 0 {
+		rc.TrailingLogs = o.TrailingLogs
+	}
+	rc.HeartbeatTimeout = or(t.Heartbeat, d.Heartbeat)
+	rc.ElectionTimeout = or(t.Election, d.Election)
+	rc.LeaderLeaseTimeout = or(t.LeaderLease, d.LeaderLease)
+	rc.CommitTimeout = or(t.Commit, d.Commit)
+	return rc
+}
+
+func or(a, b time.Duration) time.Duration {
+	if a > 0 {
+		return a
+	}
+	return b
+}
+
+// Raft returns the underlying instance (status, configuration changes).
+func (p *Raft) Raft() *raft.Raft { return p.r }
+
+// DBPath is raft.db's path (for error messages).
+func (p *Raft) DBPath() string { return p.dbPath }
+
+// Servers returns the current configuration.
+func (p *Raft) Servers() ([]raft.Server, error) {
+	f := p.r.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, mapErr(err)
+	}
+	return f.Configuration().Servers, nil
+}
+
+// BootstrapCluster bootstraps a running Raft that has no state (cluster
+// bootstrap_expect: the voter set is known only after Open).
+func (p *Raft) BootstrapCluster(conf raft.Configuration) error {
+	return mapErr(p.r.BootstrapCluster(conf).Error())
+}
+
+// Close shuts Raft down, records the log's high-water mark and closes the
+// stores.
+func (p *Raft) Close() error {
+	var errs []error
+	if p.r != nil {
+		if err := p.r.Shutdown().Error(); err != nil && !errors.Is(err, raft.ErrRaftShutdown) {
+			errs = append(errs, err)
+		}
+		if p.store != nil {
+			var snapIndex uint64
+			if metas, err := p.snaps.List(); err == nil && len(metas) > 0 {
+				snapIndex = metas[0].Index
+			}
+			errs = append(errs, writeHighWater(p.dir, p.store, snapIndex))
+		}
+		p.r = nil
+	}
+	if c, ok := p.trans.(io.Closer); ok && p.ownsTr {
+		errs = append(errs, c.Close())
+	}
+	if p.store != nil {
+		errs = append(errs, p.store.Close())
+		p.store = nil
+	}
+	return errors.Join(errs...)
+}

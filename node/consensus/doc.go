@@ -1,0 +1,19 @@
+// Package consensus is hashicorp/raft around the ticket FSM: the bolt log
+// and stable store and the file snapshot store under a node/datadir, the
+// FSM adapter, snapshot verification before Raft starts, and Propose,
+// Barrier and VerifyLeader bounded by a context.
+//
+// The transport is injected: an in-memory one for a single node, the mesh's
+// raft.StreamLayer in cluster mode. So is the bootstrap decision (a
+// configuration to bootstrap with when the data dir holds no Raft state, or
+// none: wait to be added by a leader).
+//
+// Invariants: the newest snapshot is verified (metadata, CRC, FSM format,
+// checksum and Δ) and restored before Raft starts, never falling back to an
+// older one (NoSnapshotRestoreOnStart); no caller waits on a raft future
+// without a deadline (an ApplyFuture can block until shutdown,
+// hashicorp/raft#498): every wait selects on the caller's context too.
+//
+// Hazard: a Propose whose context ends has an unknown outcome: the entry may
+// still commit. Callers report it as such, never as a refusal.
+package consensus

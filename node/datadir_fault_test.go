@@ -1,0 +1,260 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tckclk/tckclk/node/api/wire"
+	"github.com/tckclk/tckclk/node/datadir"
+)
+
+// faultTemplate builds a data dir with acknowledged grants before and after
+// a snapshot: old is a copy taken after the first grants (a stale backup),
+// full the dir after all of them, want every ticket as the node served it.
+type faultTemplate struct {
+	old, full string
+	want      map[string]wire.Ticket
+}
+
+func buildFaultTemplate(t *testing.T) faultTemplate {
+	t.Helper()
+	root := t.TempDir()
+	ft := faultTemplate{old: filepath.Join(root, "old"), full: filepath.Join(root, "full"), want: map[string]wire.Ticket{}}
+	work := filepath.Join(root, "work")
+	cfg := testConfig(t, work)
+	cfg.Cluster.Raft.TrailingLogs = 2 // after a snapshot the log holds little: its loss must be seen
+	var n *Node
+	tn := startNode(t, cfg, Deps{Env: noEnv, built: func(x *Node) { n = x }})
+	for i := range 5 {
+		if _, err := tn.c.Grant(bg, "pre-"+string(rune('a'+i)), "h", 250); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n.cons.Load().Raft().Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	copyDir(t, work, ft.old)
+	tn = startNode(t, cfg, Deps{Env: noEnv})
+	for i := range 20 {
+		if _, err := tn.c.Grant(bg, "post-"+string(rune('a'+i)), "h", 250); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := tn.c.List(bg, "", 0)
+	if err != nil || len(list.Tickets) != 25 {
+		t.Fatalf("list %v %v", list, err)
+	}
+	for _, tk := range list.Tickets {
+		ft.want[tk.Name] = tk
+	}
+	if err := tn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	copyDir(t, work, ft.full)
+	return ft
+}
+
+func copyDir(t *testing.T, from, to string) {
+	t.Helper()
+	err := filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(from, p)
+		dst := filepath.Join(to, rel)
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o700)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, b, 0o600)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newestSnapshotDir(t *testing.T, dir string) string {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(dir, datadir.SnapshotsDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		if e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		t.Fatal("no snapshot in the template")
+	}
+	return filepath.Join(dir, datadir.SnapshotsDir, names[len(names)-1])
+}
+
+func truncateTo(size func(int64) int64) func(t *testing.T, path string) {
+	return func(t *testing.T, path string) {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(path, size(fi.Size())); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func flipAt(at func(int64) int64) func(t *testing.T, path string) {
+	return func(t *testing.T, path string) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[at(int64(len(b)))] ^= 0x10
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Issue 10: every damage of the data dir that could make the node forget an
+// acknowledged write or issue a fencing token twice refuses the start,
+// naming the file; damage that cannot starts with every acknowledged ticket
+// (holder, token, expiry) intact. No case panics.
+func TestDataDirFaultTable(t *testing.T) {
+	ft := buildFaultTemplate(t)
+	db := func(d string) string { return filepath.Join(d, datadir.RaftDBFile) }
+	state := func(d string) string { return filepath.Join(newestSnapshotDir(t, d), "state.bin") }
+	meta := func(d string) string { return filepath.Join(newestSnapshotDir(t, d), "meta.json") }
+	hwm := func(d string) string { return filepath.Join(d, datadir.HighWaterFile) }
+	remove := func(t *testing.T, p string) {
+		if err := os.RemoveAll(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replaceWithOld := func(t *testing.T, p string) {
+		rel, _ := filepath.Rel(filepath.Dir(p), p)
+		b, err := os.ReadFile(filepath.Join(ft.old, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const (
+		refused = "refused"
+		intact  = "intact"
+		either  = "refused or intact"
+	)
+	cases := []struct {
+		name   string
+		file   func(string) string
+		damage func(*testing.T, string)
+		want   string
+	}{
+		{"raft.db deleted", db, remove, refused},
+		{"raft.db emptied", db, truncateTo(func(int64) int64 { return 0 }), refused},
+		{"raft.db truncated to 4 KiB", db, truncateTo(func(int64) int64 { return 4096 }), refused},
+		{"raft.db truncated to 16 KiB", db, truncateTo(func(int64) int64 { return 16384 }), refused},
+		{"raft.db truncated to half", db, truncateTo(func(n int64) int64 { return n / 2 }), either}, // bolt preallocates: the tail may be unused
+		{"raft.db truncated by one byte", db, truncateTo(func(n int64) int64 { return n - 1 }), either},
+		{"raft.db replaced by the older copy", db, replaceWithOld, refused},
+		{"raft.db bit flipped in the meta page", db, flipAt(func(int64) int64 { return 40 }), either},
+		{"raft.db bit flipped in the middle", db, flipAt(func(n int64) int64 { return n / 2 }), either},
+		{"raft.db bit flipped near the end", db, flipAt(func(n int64) int64 { return n - 100 }), either},
+		{"snapshot state deleted", state, remove, refused},
+		{"snapshot state emptied", state, truncateTo(func(int64) int64 { return 0 }), refused},
+		{"snapshot state truncated", state, truncateTo(func(n int64) int64 { return n / 2 }), refused},
+		{"snapshot state bit flipped", state, flipAt(func(n int64) int64 { return n / 2 }), refused},
+		{"snapshot meta deleted", meta, remove, refused},
+		{"snapshot meta bit flipped", meta, flipAt(func(int64) int64 { return 2 }), either}, // may still be valid JSON
+		{"snapshot meta not JSON", meta, func(t *testing.T, p string) {
+			if err := os.WriteFile(p, []byte("{"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, refused},
+		{"snapshots directory deleted", func(d string) string { return filepath.Join(d, datadir.SnapshotsDir) }, remove, refused},
+		{"high-water mark deleted", hwm, remove, intact},
+		{"high-water mark garbled", hwm, func(t *testing.T, p string) {
+			if err := os.WriteFile(p, []byte("last_index: x\nterm: 9\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, refused},
+		{"LOCK deleted", func(d string) string { return filepath.Join(d, datadir.LockFile) }, remove, intact},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "data")
+			copyDir(t, ft.full, dir)
+			path := c.file(dir)
+			c.damage(t, path)
+			outcome, detail := startOnDamaged(t, dir, ft.want)
+			t.Logf("%s: %s (%s)", c.name, outcome, detail)
+			switch {
+			case outcome == "panic":
+				t.Fatalf("panicked: %s", detail)
+			case outcome == refused && !strings.Contains(detail, filepath.Base(path)) && !strings.Contains(detail, dir):
+				t.Fatalf("refused without naming %s: %s", path, detail)
+			case c.want == either && (outcome == refused || outcome == intact):
+			case outcome != c.want:
+				t.Fatalf("outcome %s, want %s: %s", outcome, c.want, detail)
+			}
+		})
+	}
+}
+
+// startOnDamaged starts a node on dir: "refused" with the error, "intact"
+// when it served every ticket of want unchanged, otherwise "served damaged
+// state" with what differed.
+func startOnDamaged(t *testing.T, dir string, want map[string]wire.Ticket) (outcome, detail string) {
+	t.Helper()
+	tn, err := tryStart(t, testConfig(t, dir), Deps{Env: noEnv}, true)
+	if err != nil {
+		var de *DataError
+		if !errors.As(err, &de) && !strings.Contains(err.Error(), dir) {
+			return "refused", "(not a DataError) " + err.Error()
+		}
+		return "refused", err.Error()
+	}
+	defer tn.stop()
+	ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+	defer cancel()
+	list, err := tn.c.List(ctx, "", 0)
+	if err != nil {
+		return "served damaged state", "list: " + err.Error()
+	}
+	got := map[string]wire.Ticket{}
+	for _, tk := range list.Tickets {
+		got[tk.Name] = tk
+	}
+	for name, w := range want {
+		if g, ok := got[name]; !ok || g != w {
+			return "served damaged state", "ticket " + name + " lost or changed"
+		}
+	}
+	// A new grant's token is above every token ever issued.
+	g, err := tn.c.Grant(ctx, "after-damage", "h", 30)
+	if err != nil {
+		return "served damaged state", "grant: " + err.Error()
+	}
+	for _, w := range want {
+		if g.Token <= w.Token {
+			return "served damaged state", "fencing token reused"
+		}
+	}
+	return "intact", "all tickets and tokens intact"
+}
