@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"syscall"
 	"time"
 
@@ -348,11 +349,18 @@ func (m *Mesh) serveStream(s *session, st *yamux.Stream) {
 	l.deliver(&Stream{Stream: st, peer: s.peer, class: c})
 }
 
-// yamuxLogger sends yamux's log lines to the mesh's slog logger.
+// yamuxLogger sends yamux's log lines to the mesh's slog logger; the
+// lines a session's own Close provokes go to Debug.
 type yamuxLogger struct{ l *slog.Logger }
 
-func (y yamuxLogger) Print(v ...any) { y.l.Warn("mesh: yamux: " + fmt.Sprint(v...)) }
-func (y yamuxLogger) Printf(format string, v ...any) {
-	y.l.Warn("mesh: yamux: " + fmt.Sprintf(format, v...))
+func (y yamuxLogger) log(msg string) {
+	level := slog.LevelWarn
+	if strings.Contains(msg, net.ErrClosed.Error()) {
+		level = slog.LevelDebug
+	}
+	y.l.Log(context.Background(), level, "mesh: yamux: "+msg)
 }
-func (y yamuxLogger) Println(v ...any) { y.l.Warn("mesh: yamux: " + fmt.Sprint(v...)) }
+
+func (y yamuxLogger) Print(v ...any)                 { y.log(fmt.Sprint(v...)) }
+func (y yamuxLogger) Printf(format string, v ...any) { y.log(fmt.Sprintf(format, v...)) }
+func (y yamuxLogger) Println(v ...any)               { y.log(fmt.Sprint(v...)) }
