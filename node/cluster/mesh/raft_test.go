@@ -33,8 +33,10 @@ func (f *recordFSM) has(s string) bool {
 	return false
 }
 
-func (f *recordFSM) Snapshot() (raft.FSMSnapshot, error) { return nil, fmt.Errorf("no snapshots in this test") }
-func (f *recordFSM) Restore(io.ReadCloser) error          { return fmt.Errorf("no snapshots in this test") }
+func (f *recordFSM) Snapshot() (raft.FSMSnapshot, error) {
+	return nil, fmt.Errorf("no snapshots in this test")
+}
+func (f *recordFSM) Restore(io.ReadCloser) error { return fmt.Errorf("no snapshots in this test") }
 
 // SPEC §5 Mesh/Raft: Raft runs over mesh streams, not a port of its own:
 // three nodes elect a leader and replicate an Apply.
