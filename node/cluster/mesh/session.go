@@ -1,0 +1,366 @@
+package mesh
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/yamux"
+)
+
+// handshakeConn runs the frames of SPEC §5's handshake (after TLS, when
+// configured) under one deadline:
+//
+//	dialer → acceptor: hello(dialer)
+//	acceptor → dialer: hello(acceptor), proof(acceptor)
+//	dialer → acceptor: proof(dialer)
+//	acceptor → dialer: accept
+//
+// *peer is filled as soon as the peer's hello parses, for the logs.
+func (m *Mesh) handshakeConn(ctx context.Context, raw net.Conn, deadline time.Time, dialer bool, wantID string, peer *Hello) (net.Conn, string, error) {
+	if err := raw.SetDeadline(deadline); err != nil {
+		return nil, "", err
+	}
+	conn := raw
+	tlsOn := m.cfg.TLS != nil
+	if tlsOn {
+		var tc *tls.Conn
+		if dialer {
+			tc = tls.Client(raw, m.cfg.TLS)
+		} else {
+			tc = tls.Server(raw, m.cfg.TLS)
+		}
+		if err := tc.HandshakeContext(ctx); err != nil {
+			if classify(err) == ReasonTimeout {
+				return nil, "", err
+			}
+			return nil, "", fail(ReasonTLS, "TLS handshake: %v", err)
+		}
+		conn = tc
+	}
+	me := Hello{ID: m.cfg.NodeID, Addr: m.addr, Key: m.pub}
+	if _, err := io.ReadFull(m.cfg.Rand, me.Nonce[:]); err != nil {
+		return nil, "", fmt.Errorf("mesh: drawing a nonce: %w", err)
+	}
+	var t []byte
+	var err error
+	if dialer {
+		t, err = m.dialerFrames(conn, tlsOn, me, wantID, peer)
+	} else {
+		t, err = m.acceptorFrames(conn, tlsOn, me, peer)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	if err := raw.SetDeadline(time.Time{}); err != nil {
+		return nil, "", err
+	}
+	return conn, sessionID(t), nil
+}
+
+func (m *Mesh) dialerFrames(conn net.Conn, tlsOn bool, me Hello, wantID string, peer *Hello) ([]byte, error) {
+	if _, err := conn.Write(AppendFrame(nil, EncodeHello(me))); err != nil {
+		return nil, err
+	}
+	read := func() ([]byte, error) {
+		b, err := readFrame(conn, tlsOn)
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+			return nil, fail(ReasonRefused, "the peer closed the connection: it refused this node (its log says why)")
+		}
+		return b, err
+	}
+	b, err := read()
+	if err != nil {
+		return nil, err
+	}
+	h, err := DecodeHello(b)
+	if err != nil {
+		return nil, err
+	}
+	*peer = h
+	if err := m.checkPeer(h, wantID); err != nil {
+		return nil, err
+	}
+	t := transcript(me, h)
+	if b, err = read(); err != nil {
+		return nil, err
+	}
+	p, err := DecodeProof(b)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkProof(m.hkey, h.Key[:], roleAcceptor, t, p); err != nil {
+		return nil, err
+	}
+	if _, err := conn.Write(AppendFrame(nil, EncodeProof(makeProof(m.hkey, m.cfg.Key, roleDialer, t)))); err != nil {
+		return nil, err
+	}
+	if b, err = read(); err != nil {
+		return nil, err
+	}
+	return t, DecodeAccept(b)
+}
+
+func (m *Mesh) acceptorFrames(conn net.Conn, tlsOn bool, me Hello, peer *Hello) ([]byte, error) {
+	b, err := readFrame(conn, tlsOn)
+	if err != nil {
+		return nil, err
+	}
+	h, err := DecodeHello(b)
+	if err != nil {
+		return nil, err
+	}
+	*peer = h
+	if err := m.checkPeer(h, ""); err != nil {
+		return nil, err
+	}
+	t := transcript(h, me)
+	out := AppendFrame(nil, EncodeHello(me))
+	out = AppendFrame(out, EncodeProof(makeProof(m.hkey, m.cfg.Key, roleAcceptor, t)))
+	if _, err := conn.Write(out); err != nil {
+		return nil, err
+	}
+	if b, err = readFrame(conn, tlsOn); err != nil {
+		return nil, err
+	}
+	p, err := DecodeProof(b)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkProof(m.hkey, h.Key[:], roleDialer, t, p); err != nil {
+		return nil, err
+	}
+	_, err = conn.Write(AppendFrame(nil, EncodeAccept()))
+	return t, err
+}
+
+// checkPeer applies the identity rules to a peer's hello: not ourselves,
+// the wanted id, in the trust map with that key, advertising that key.
+func (m *Mesh) checkPeer(h Hello, wantID string) error {
+	if h.ID == m.cfg.NodeID {
+		return fail(ReasonSelf, "the peer claims this node's own id %q (a reflected handshake, or two nodes sharing a name)", h.ID)
+	}
+	if wantID != "" && h.ID != wantID {
+		return fail(ReasonWrongPeer, "dialed %q but the peer is %q", wantID, h.ID)
+	}
+	trusted, ok := m.cfg.Trust.Lookup(h.ID)
+	if !ok {
+		return fail(ReasonUntrusted, "%q is not in cluster.internode.trusted_peer_keys", h.ID)
+	}
+	if !bytes.Equal(trusted, h.Key[:]) {
+		return fail(ReasonKeyMismatch, "%q presents a public key other than its entry in cluster.internode.trusted_peer_keys", h.ID)
+	}
+	if m.cfg.Advertised == nil {
+		return nil
+	}
+	adv, ok := m.cfg.Advertised.AdvertisedKey(h.ID)
+	if !ok {
+		return fail(ReasonUnadvertised, "%q advertises no identity key in gossip (not a live member)", h.ID)
+	}
+	if !bytes.Equal(adv, h.Key[:]) {
+		return fail(ReasonAdvertisedMismatch, "%q presents a public key other than the one it advertises in gossip", h.ID)
+	}
+	return nil
+}
+
+// startSession multiplexes an authenticated conn and adopts the session;
+// it returns the session now in use for that peer (this one, or the one
+// a simultaneous dial left standing).
+func (m *Mesh) startSession(conn net.Conn, peer Hello, dialerID, sid string, outbound bool) (*session, error) {
+	var ys *yamux.Session
+	var err error
+	if outbound {
+		ys, err = yamux.Client(conn, m.ymx)
+	} else {
+		ys, err = yamux.Server(conn, m.ymx)
+	}
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("mesh: %w", err)
+	}
+	s := &session{peer: peer.ID, peerAddr: peer.Addr, dialer: dialerID, id: sid, ys: ys}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		ys.Close()
+		return nil, ErrClosed
+	}
+	m.all[s] = struct{}{}
+	m.wg.Add(1)
+	go m.serveSession(s)
+	m.mu.Unlock()
+	return m.adopt(s), nil
+}
+
+// choice is what adopt does with a new session given the one in use.
+type choice int
+
+const (
+	keepNew  choice = iota // install the new session, close the old one
+	probeOld               // keep the old one if it still answers a ping, else keepNew
+)
+
+// decide is the tie-break that keeps one session per peer pair; both ends
+// reach the same verdict from the same two sessions. Sessions rank by
+// (not dialed by the lower NodeId, session id); the lower rank stays. A
+// new session that ranks higher still replaces an old one that no longer
+// answers (the peer restarted and the old TCP connection is a ghost).
+func decide(self, peer string, old, nu *session) choice {
+	if old == nil || old.ys.IsClosed() {
+		return keepNew
+	}
+	preferred := min(self, peer)
+	rank := func(s *session) (int, string) {
+		if s.dialer == preferred {
+			return 0, s.id
+		}
+		return 1, s.id
+	}
+	oldRank, oldID := rank(old)
+	newRank, newID := rank(nu)
+	if newRank < oldRank || newRank == oldRank && newID < oldID {
+		return keepNew
+	}
+	return probeOld
+}
+
+func (m *Mesh) adopt(s *session) *session {
+	for {
+		m.mu.Lock()
+		old := m.peers[s.peer]
+		if m.closed || old == s {
+			m.mu.Unlock()
+			return s
+		}
+		if decide(m.cfg.NodeID, s.peer, old, s) == keepNew {
+			m.install(s, old)
+			return s
+		}
+		m.mu.Unlock()
+		alive := m.alive(old)
+		m.mu.Lock()
+		if m.peers[s.peer] != old {
+			m.mu.Unlock()
+			continue // someone else changed it meanwhile: decide again
+		}
+		if !alive {
+			m.log.Info("mesh: replacing a session that no longer answers", "peer_id", s.peer, "old_session", old.id, "session", s.id)
+			m.install(s, old)
+			return s
+		}
+		m.mu.Unlock()
+		m.log.Info("mesh: simultaneous dial; keeping the other session", "peer_id", s.peer, "kept", old.id, "closed", s.id)
+		s.ys.Close()
+		return old
+	}
+}
+
+// install makes s the session for its peer and closes old; called with
+// m.mu held, returns with it released.
+func (m *Mesh) install(s, old *session) {
+	m.peers[s.peer] = s
+	m.met.sessions.Set(float64(len(m.peers)))
+	m.mu.Unlock()
+	if old != nil {
+		old.ys.Close()
+	}
+}
+
+// alive pings s, closing it when no answer comes within the handshake
+// timeout.
+func (m *Mesh) alive(s *session) bool {
+	res := make(chan error, 1)
+	if !m.spawn(func() { _, err := s.ys.Ping(); res <- err }) {
+		return false
+	}
+	t := time.NewTimer(m.cfg.HandshakeTimeout)
+	defer t.Stop()
+	select {
+	case err := <-res:
+		return err == nil
+	case <-t.C:
+		s.ys.Close()
+		return false
+	case <-m.closing:
+		return false
+	}
+}
+
+// serveSession accepts the peer's streams until the session ends, then
+// forgets the session.
+func (m *Mesh) serveSession(s *session) {
+	defer m.wg.Done()
+	for {
+		st, err := s.ys.AcceptStream()
+		if err != nil {
+			break
+		}
+		if !m.spawn(func() { m.serveStream(s, st) }) {
+			st.Close()
+		}
+	}
+	s.ys.Close()
+	m.mu.Lock()
+	delete(m.all, s)
+	if m.peers[s.peer] == s {
+		delete(m.peers, s.peer)
+	}
+	m.met.sessions.Set(float64(len(m.peers)))
+	m.mu.Unlock()
+	m.log.Info("mesh: session closed", "peer_id", s.peer, "session", s.id)
+}
+
+// serveStream reads an inbound stream's class byte and hands the stream to
+// that class's listener.
+func (m *Mesh) serveStream(s *session, st *yamux.Stream) {
+	var b [1]byte
+	st.SetReadDeadline(m.cfg.Now().Add(m.cfg.HandshakeTimeout))
+	if _, err := io.ReadFull(st, b[:]); err != nil {
+		st.Close()
+		m.met.refused[refusedNoClass].Inc()
+		m.log.Warn("mesh: inbound stream without a class byte", "peer_id", s.peer, "err", err)
+		return
+	}
+	st.SetReadDeadline(time.Time{})
+	c := Class(b[0])
+	if !c.Valid() {
+		st.Close()
+		m.met.refused[refusedUnknownClass].Inc()
+		m.log.Warn("mesh: inbound stream of an unassigned class", "peer_id", s.peer, "class", int(b[0]))
+		return
+	}
+	m.mu.Lock()
+	l := m.listeners[c]
+	m.mu.Unlock()
+	if l == nil {
+		st.Close()
+		m.met.refused[refusedNoListener].Inc()
+		m.log.Warn("mesh: inbound stream for a class nobody listens to", "peer_id", s.peer, "class", c.String())
+		return
+	}
+	l.deliver(&Stream{Stream: st, peer: s.peer, class: c})
+}
+
+// yamuxLogger sends yamux's log lines to the mesh's slog logger; the
+// lines a session's own Close provokes go to Debug.
+type yamuxLogger struct{ l *slog.Logger }
+
+func (y yamuxLogger) log(msg string) {
+	level := slog.LevelWarn
+	if strings.Contains(msg, net.ErrClosed.Error()) {
+		level = slog.LevelDebug
+	}
+	y.l.Log(context.Background(), level, "mesh: yamux: "+msg)
+}
+
+func (y yamuxLogger) Print(v ...any)                 { y.log(fmt.Sprint(v...)) }
+func (y yamuxLogger) Printf(format string, v ...any) { y.log(fmt.Sprintf(format, v...)) }
+func (y yamuxLogger) Println(v ...any)               { y.log(fmt.Sprint(v...)) }
