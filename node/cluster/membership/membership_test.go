@@ -203,6 +203,7 @@ func TestMalformedMetaIgnored(t *testing.T) {
 	mc.BindAddr = "127.0.0.1"
 	mc.BindPort = 0
 	mc.SecretKey = testSecret
+	mc.ProbeInterval, mc.ProbeTimeout = 100*time.Millisecond, 80*time.Millisecond
 	mc.Delegate = rawDelegate{meta: []byte{1, 0xff, 'g', 'a', 'r', 'b', 'a', 'g', 'e'}}
 	mc.Logger = newMemberlistLogger(slog.New(logs))
 	raw, err := memberlist.Create(mc)
