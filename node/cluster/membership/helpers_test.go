@@ -65,6 +65,12 @@ func (t *trustMap) set(id string, k ed25519.PublicKey) {
 	t.m[id] = k
 }
 
+func (t *trustMap) del(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.m, id)
+}
+
 func newKey(t *testing.T) ed25519.PublicKey {
 	t.Helper()
 	pub, _, err := ed25519.GenerateKey(rand.Reader)

@@ -2,10 +2,12 @@ package membership
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,6 +50,9 @@ func TestThreeMembersFormAndMetaPropagates(t *testing.T) {
 	if _, ok := a.m.AdvertisedKey("nobody"); ok {
 		t.Fatal("AdvertisedKey of an unknown member")
 	}
+	if a.m.HealthScore() != 0 {
+		t.Fatalf("health score %d on an idle loopback cluster", a.m.HealthScore())
+	}
 	if n, _ := histogram(t, b.m.met.convergence); n != 1 {
 		t.Fatalf("b: gossip_convergence_seconds count %d, want 1 (one join)", n)
 	}
@@ -82,6 +87,17 @@ func TestThreeMembersFormAndMetaPropagates(t *testing.T) {
 	b.setMeta(func(m *Meta) { m.DeltaMs = 500; m.PublicKey[0] ^= 1 })
 	if err := b.m.UpdateMeta(ctx); !errors.Is(err, ErrSelfTrust) {
 		t.Fatalf("UpdateMeta with a foreign key: %v", err)
+	}
+
+	// No log line carries the gossip secret.
+	for _, n := range []*testNode{a, b, c} {
+		n.logs.mu.Lock()
+		for _, l := range n.logs.lines {
+			if strings.Contains(l, string(testSecret)) || strings.Contains(l, base64.StdEncoding.EncodeToString(testSecret)) {
+				t.Errorf("%s logged the secret: %s", n.name, l)
+			}
+		}
+		n.logs.mu.Unlock()
 	}
 
 	// A graceful leave is "left", not "failed".
@@ -167,6 +183,14 @@ func TestUntrustedAndMismatchedKeptOut(t *testing.T) {
 		if _, ok := n.m.AdvertisedKey("node-x"); ok {
 			t.Fatalf("%s: AdvertisedKey of a refused member", n.name)
 		}
+	}
+	// A trust-map reload hides a member at once.
+	trust.del("node-b")
+	if _, ok := find(a.m.Members(), "node-b"); ok {
+		t.Fatal("a member removed from the trust map is still listed")
+	}
+	if _, ok := a.m.AdvertisedKey("node-b"); ok {
+		t.Fatal("AdvertisedKey of a member removed from the trust map")
 	}
 	if got := counterValue(t, a.m.met.refused.WithLabelValues(ReasonUntrustedName)); got < 1 {
 		t.Fatalf("gossip_refused_total{reason=untrusted_name} = %v", got)
