@@ -50,7 +50,7 @@ type Config struct {
 	BindAddr      string // IP to bind gossip on (TCP and UDP)
 	BindPort      int    // gossip port; 0: ephemeral (tests)
 	AdvertiseAddr string // optional: IP to advertise instead of the bound one
-	AdvertisePort int    // optional: with AdvertiseAddr
+	AdvertisePort int    // optional, with AdvertiseAddr; 0: BindPort (set it when BindPort is 0 and a Transport is given)
 	Secret        []byte // gossip key: 16, 24 or 32 bytes (see LoadSecret)
 	JoinAddrs     []string
 	// Meta returns this node's current metadata. It is called by New,
@@ -60,7 +60,9 @@ type Config struct {
 	// Logger receives this package's and memberlist's log lines (nil: discarded).
 	Logger *slog.Logger
 	// Transport replaces memberlist's NetTransport (a test harness that
-	// partitions gossip); nil: NetTransport on BindAddr:BindPort.
+	// partitions gossip); nil: NetTransport on BindAddr:BindPort. Once
+	// Start succeeds memberlist owns it (Close shuts it down); if Start
+	// fails it may still be open and is the caller's to shut down.
 	Transport  memberlist.NodeAwareTransport
 	Registerer prometheus.Registerer // nil: metrics are not registered
 	Clock      Clock                 // nil: SystemClock
@@ -414,9 +416,10 @@ func (m *Membership) UpdateMeta(ctx context.Context) error {
 	return nil
 }
 
-// Leave marks this node's metadata Leaving (so peers record "left", not
-// "failed"), broadcasts it and memberlist's leave message, waiting up to
-// timeout for each. The node keeps answering gossip until Close.
+// Leave marks this node's last accepted metadata Leaving (so peers record
+// "left", not "failed"), broadcasts it and memberlist's leave message,
+// waiting up to timeout for each, and stops the join loop. The node keeps
+// answering gossip until Close.
 func (m *Membership) Leave(timeout time.Duration) error {
 	m.lifeMu.Lock()
 	defer m.lifeMu.Unlock()
@@ -426,10 +429,12 @@ func (m *Membership) Leave(timeout time.Duration) error {
 	}
 	m.metaMu.Lock()
 	m.leaving = true
-	m.metaMu.Unlock()
-	if err := m.refreshMeta(); err != nil {
-		return err
+	meta := m.meta // the last accepted meta: Leave must not fail on a bad new one
+	meta.Leaving = true
+	if b, err := Encode(meta); err == nil {
+		m.meta, m.metaBytes = meta, b
 	}
+	m.metaMu.Unlock()
 	if err := ml.UpdateNode(timeout); err != nil {
 		m.log.Warn("gossip: leaving flag not confirmed", "err", err)
 	}
@@ -442,9 +447,10 @@ func (m *Membership) Leave(timeout time.Duration) error {
 	return nil
 }
 
-// Close stops the join loop and memberlist (without a leave broadcast: call
-// Leave first for a graceful exit) and closes the Events channel. It is
-// idempotent.
+// Close stops the join loop (waiting for a join attempt in flight, at most
+// Timing.TCPTimeout per join address) and memberlist (without a leave
+// broadcast: call Leave first for a graceful exit), and closes the Events
+// channel. It is idempotent.
 func (m *Membership) Close() error {
 	m.lifeMu.Lock()
 	defer m.lifeMu.Unlock()
@@ -538,12 +544,20 @@ func (m *Membership) Events() <-chan Event { return m.events.ch }
 func (m *Membership) DroppedEvents() uint64 { return m.events.droppedCount() }
 
 // setMember records a member's new state (called from memberlist's event
-// callbacks) and refreshes gossip_members.
+// callbacks) and refreshes gossip_members, which counts trusted entries
+// only. Dead and left members stay listed while they are trusted (at most
+// one entry per trust-map name); once no longer trusted they are forgotten.
 func (m *Membership) setMember(mem Member) {
 	m.mu.Lock()
 	m.members[mem.ID] = &mem
 	counts := map[State]int{}
-	for _, e := range m.members {
+	for id, e := range m.members {
+		if id != m.cfg.NodeName && !m.trusted(id, e.Meta) {
+			if e.State == StateDead || e.State == StateLeft {
+				delete(m.members, id) // gone and no longer trusted: forget it
+			}
+			continue
+		}
 		counts[e.State]++
 	}
 	m.mu.Unlock()

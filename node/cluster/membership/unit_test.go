@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -117,6 +119,11 @@ func TestLifecycleErrors(t *testing.T) {
 	}
 	if err := n.m.Start(); !errors.Is(err, ErrStartedTwice) {
 		t.Fatalf("second Start: %v", err)
+	}
+	_, port, _ := net.SplitHostPort(n.m.LocalAddr())
+	taken := newTestNode(t, "node-l", k, trust, func(c *Config) { c.BindPort, _ = strconv.Atoi(port) })
+	if err := taken.m.Start(); err == nil || !strings.Contains(err.Error(), "membership: starting memberlist") {
+		t.Fatalf("Start on a port in use: %v", err)
 	}
 	if err := n.m.UpdateMeta(ctx); err != nil { // alone: no peer to wait for
 		t.Fatalf("UpdateMeta alone: %v", err)
