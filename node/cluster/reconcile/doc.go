@@ -22,6 +22,7 @@
 // Hazards: Plan trusts its input. A configuration server missing from
 // Input.Members counts as dead, so list every configuration server with its
 // RaftContact. While a better node catches up, the voter it replaces keeps
-// its slot (a placeholder), and a node catching up for a voter slot is a
-// non-voter even beyond max_standbys.
+// its slot (a placeholder; or the best caught-up standby takes it), and a
+// node catching up for a voter slot is a non-voter not counted against
+// max_standbys: during such a transition there may be more non-voters.
 package reconcile

@@ -171,11 +171,13 @@ type node struct {
 // over distinct failure domains first, min(max_voters, fit nodes) of them,
 // made odd from three up; the leader is always one. Only a voter or a
 // caught-up non-voter can vote now: until a target voter has caught up, a
-// current voter outside the target keeps its slot as a placeholder, and a
-// promotion that would make the count even waits for the next one. The
-// non-voters are the target voters still catching up (even beyond
-// max_standbys), then the best other fit nodes up to max_standbys;
-// everything else is taken out of the configuration.
+// current voter outside the target keeps its slot as a placeholder, or
+// else the best caught-up standby takes it (a dead voter's slot is filled
+// at once, SPEC §5), and a promotion that would make the count even waits
+// for the next one. The non-voters are the target voters still catching up
+// (not counted against max_standbys, so that no standby is dropped while a
+// future voter catches up) and the best max_standbys of the other fit
+// nodes; everything else is taken out of the configuration.
 //
 // Quorum: a demotion or removal of a live voter that would leave the live
 // voters without a majority of the next configuration is withheld (a later
@@ -210,10 +212,15 @@ func Plan(in Input) []Change {
 			missing++
 		}
 	}
-	for _, n := range fit { // placeholders, best first
-		if missing > 0 && !target[n.ID] && n.inConfig && n.suffrage == Voter {
-			voters[n.ID] = true
-			missing--
+	// Placeholders for target voters still catching up: current voters
+	// first (no change), then caught-up standbys, best first — the best
+	// standby takes a dead voter's slot at once.
+	for _, want := range []Suffrage{Voter, Nonvoter} {
+		for _, n := range fit {
+			if missing > 0 && !target[n.ID] && n.ready && n.suffrage == want {
+				voters[n.ID] = true
+				missing--
+			}
 		}
 	}
 	if c := len(voters); c >= 4 && c%2 == 0 {
@@ -225,18 +232,17 @@ func Plan(in Input) []Change {
 		}
 	}
 
-	standbys := map[string]bool{}
+	// Non-voters: the target voters still catching up, and the best
+	// max_standbys of the others.
+	standbys, others := map[string]bool{}, 0
 	for _, n := range fit {
-		if target[n.ID] && !voters[n.ID] {
+		switch {
+		case voters[n.ID]:
+		case target[n.ID]:
 			standbys[n.ID] = true
-		}
-	}
-	for _, n := range fit {
-		if len(standbys) >= lim.MaxStandbys {
-			break
-		}
-		if !voters[n.ID] {
+		case others < lim.MaxStandbys:
 			standbys[n.ID] = true
+			others++
 		}
 	}
 	return order(nodes, fit, voters, standbys)

@@ -33,7 +33,8 @@ func NewRaftAdapter(r *raft.Raft, timeout time.Duration) *RaftAdapter {
 	return &RaftAdapter{r: r, timeout: timeout}
 }
 
-// GetConfiguration returns the latest configuration and remembers its index.
+// GetConfiguration returns the latest configuration and remembers it for
+// Promote's check.
 func (a *RaftAdapter) GetConfiguration() ([]Server, error) {
 	f := a.r.GetConfiguration()
 	if err := f.Error(); err != nil {
@@ -51,7 +52,7 @@ func (a *RaftAdapter) GetConfiguration() ([]Server, error) {
 		seen[string(s.ID)] = suf
 	}
 	a.mu.Lock()
-	a.index, a.seen = f.Index(), seen
+	a.seen = seen
 	a.mu.Unlock()
 	return out, nil
 }
@@ -62,11 +63,13 @@ func (a *RaftAdapter) prev() uint64 {
 	return a.index
 }
 
-// change waits for f and moves the remembered index to the new
-// configuration entry, so that the next change without a fresh
-// GetConfiguration still chains on it.
+// change waits for f and remembers the index of the new configuration
+// entry for the next change's prevIndex (forgets it on a failure).
 func (a *RaftAdapter) change(what, id string, f raft.IndexFuture) error {
 	if err := f.Error(); err != nil {
+		a.mu.Lock()
+		a.index, a.seen = 0, nil
+		a.mu.Unlock()
 		return fmt.Errorf("reconcile: %s %s: %w", what, id, err)
 	}
 	a.mu.Lock()
@@ -88,7 +91,7 @@ func (a *RaftAdapter) Promote(id, addr string) error {
 	idx := a.index
 	a.mu.Unlock()
 	if !known || suf != Nonvoter {
-		return fmt.Errorf("%w: %s is not a non-voter in configuration %d (call GetConfiguration first)", ErrNotNonvoter, id, idx)
+		return fmt.Errorf("%w: %s is not a non-voter in the configuration last read (read it again first)", ErrNotNonvoter, id)
 	}
 	return a.change("promote", id, a.r.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), idx, a.timeout))
 }
