@@ -1,0 +1,492 @@
+package forward
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Version is the frame format version this package speaks.
+const Version = 1
+
+// MaxFrame is the largest frame body (everything after the length prefix).
+const MaxFrame = 64 << 10
+
+// headerLen is version, kind and request id.
+const headerLen = 1 + 1 + 8
+
+// Frame kinds.
+const (
+	kindRequest  = 1
+	kindResponse = 2
+)
+
+// Op is what a request asks of the leader.
+type Op uint8
+
+// Ops.
+const (
+	OpGrant Op = iota + 1
+	OpRenew
+	OpRelease
+	OpGet
+	OpList
+)
+
+var opNames = map[Op]string{OpGrant: "grant", OpRenew: "renew", OpRelease: "release", OpGet: "get", OpList: "list"}
+
+func (o Op) String() string {
+	if s, ok := opNames[o]; ok {
+		return s
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// IsWrite reports whether the op changes state (grant, renew, release):
+// such a request whose outcome is unknown must not be retried blindly.
+func (o Op) IsWrite() bool { return o == OpGrant || o == OpRenew || o == OpRelease }
+
+// Code is the outcome of a forwarded request.
+type Code uint8
+
+// Codes. The names (String) are the error codes of the HTTP API.
+const (
+	CodeOK Code = iota
+	CodeHeld
+	CodeMismatch
+	CodeNotFound
+	CodeBadRequest
+	CodeNotLeader
+	CodeUnavailable
+	CodeClockFailed
+	CodeHoldOff
+	CodeInternal
+	codeCount
+)
+
+var codeNames = [...]string{"ok", "held", "mismatch", "not_found", "bad_request", "not_leader", "unavailable", "clock_failed", "hold_off", "internal"}
+
+func (c Code) String() string {
+	if c < codeCount {
+		return codeNames[c]
+	}
+	return fmt.Sprintf("code(%d)", uint8(c))
+}
+
+// Request is one forwarded call. Which fields an op uses:
+//
+//	grant:   Name, Holder, LeaseS, WaitMs
+//	renew:   Name, Holder, Token, LeaseS
+//	release: Name, Holder, Token
+//	get:     Name
+//	list:    Prefix, Limit
+//
+// Encoding a request with a field its op does not use is an error. Values
+// are not checked here (a lease_s of 0 travels): the leader validates them
+// and answers bad_request.
+type Request struct {
+	Op     Op
+	Name   string
+	Holder string
+	Token  uint64
+	LeaseS uint32
+	Prefix string
+	Limit  uint32
+	WaitMs uint32
+	// ReceivedUnixMs is never sent: the leader's Server sets it, from its
+	// own clock, when the frame arrives (a follower never pre-stamps).
+	ReceivedUnixMs uint64
+}
+
+// Ticket is a ticket as the leader reports it.
+type Ticket struct {
+	Name                          string
+	Holder                        string
+	Token                         uint64
+	LeaseS                        uint32
+	ConservativeValidBeforeUnixMs uint64
+	ServerExpiryUnixMs            uint64
+	RemainingMs                   uint64
+}
+
+// List is the answer to a list request.
+type List struct {
+	Tickets   []Ticket
+	Truncated bool
+}
+
+// Response is the leader's answer. Code other than CodeOK carries Message
+// and, as the code needs, Stage and Reason (unavailable, clock_failed,
+// hold_off) or Holder and Token (held). At most one of Ticket and List is
+// set.
+type Response struct {
+	Code    Code
+	Message string
+	Stage   string
+	Reason  string
+	Holder  string
+	Token   uint64
+	Ticket  *Ticket
+	List    *List
+}
+
+// Err returns nil for CodeOK and the response as an *Error otherwise.
+func (r Response) Err() error {
+	if r.Code == CodeOK {
+		return nil
+	}
+	return &Error{Code: r.Code, Message: r.Message, Stage: r.Stage, Reason: r.Reason, Holder: r.Holder, Token: r.Token}
+}
+
+// Body tags of a response.
+const (
+	bodyNone   = 0
+	bodyTicket = 1
+	bodyList   = 2
+)
+
+// Decoding errors. Every decode failure wraps ErrMalformed.
+var (
+	ErrMalformed = errors.New("forward: malformed frame")
+	ErrTooLarge  = fmt.Errorf("%w: frame larger than %d bytes", ErrMalformed, MaxFrame)
+)
+
+func malformed(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrMalformed}, args...)...)
+}
+
+// WriteFrame writes body with its u32 big-endian length prefix.
+func WriteFrame(w io.Writer, body []byte) error {
+	if len(body) > MaxFrame {
+		return ErrTooLarge
+	}
+	buf := make([]byte, 4+len(body))
+	binary.BigEndian.PutUint32(buf, uint32(len(body)))
+	copy(buf[4:], body)
+	_, err := w.Write(buf)
+	return err
+}
+
+// ReadFrame reads one frame's body. A length over MaxFrame is ErrTooLarge,
+// before anything of the body is read.
+func ReadFrame(r io.Reader) ([]byte, error) {
+	var l [4]byte
+	if _, err := io.ReadFull(r, l[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(l[:])
+	if n > MaxFrame {
+		return nil, ErrTooLarge
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return body, nil
+}
+
+// --- encoding
+
+type enc struct {
+	b   []byte
+	err error
+}
+
+func (e *enc) u8(v uint8)   { e.b = append(e.b, v) }
+func (e *enc) u32(v uint32) { e.b = binary.BigEndian.AppendUint32(e.b, v) }
+func (e *enc) u64(v uint64) { e.b = binary.BigEndian.AppendUint64(e.b, v) }
+func (e *enc) str(s string) {
+	if len(s) > 0xffff {
+		e.fail("a string of %d bytes (at most 65535)", len(s))
+		return
+	}
+	e.b = binary.BigEndian.AppendUint16(e.b, uint16(len(s)))
+	e.b = append(e.b, s...)
+}
+func (e *enc) bool(v bool) {
+	if v {
+		e.u8(1)
+	} else {
+		e.u8(0)
+	}
+}
+func (e *enc) fail(format string, args ...any) {
+	if e.err == nil {
+		e.err = fmt.Errorf("forward: cannot encode "+format, args...)
+	}
+}
+func (e *enc) done() ([]byte, error) {
+	if e.err == nil && len(e.b) > MaxFrame {
+		e.err = ErrTooLarge
+	}
+	return e.b, e.err
+}
+
+func header(kind uint8, id uint64) *enc {
+	e := &enc{b: make([]byte, 0, 64)}
+	e.u8(Version)
+	e.u8(kind)
+	e.u64(id)
+	return e
+}
+
+// unused lists the fields set in r that its op does not use.
+func unused(r Request) []string {
+	var out []string
+	check := func(used bool, set bool, name string) {
+		if !used && set {
+			out = append(out, name)
+		}
+	}
+	g, rn, rl, gt, ls := r.Op == OpGrant, r.Op == OpRenew, r.Op == OpRelease, r.Op == OpGet, r.Op == OpList
+	check(g || rn || rl || gt, r.Name != "", "name")
+	check(g || rn || rl, r.Holder != "", "holder")
+	check(rn || rl, r.Token != 0, "token")
+	check(g || rn, r.LeaseS != 0, "lease_s")
+	check(ls, r.Prefix != "", "prefix")
+	check(ls, r.Limit != 0, "limit")
+	check(g, r.WaitMs != 0, "wait_ms")
+	return out
+}
+
+// AppendRequest encodes a request frame body (without the length prefix).
+// ReceivedUnixMs is not encoded.
+func AppendRequest(id uint64, r Request) ([]byte, error) {
+	if _, ok := opNames[r.Op]; !ok {
+		return nil, fmt.Errorf("forward: cannot encode unknown %v", r.Op)
+	}
+	if u := unused(r); len(u) > 0 {
+		return nil, fmt.Errorf("forward: cannot encode %v with %v set (not used by %v)", r.Op, u, r.Op)
+	}
+	e := header(kindRequest, id)
+	e.u8(uint8(r.Op))
+	switch r.Op {
+	case OpGrant:
+		e.str(r.Name)
+		e.str(r.Holder)
+		e.u32(r.LeaseS)
+		e.u32(r.WaitMs)
+	case OpRenew:
+		e.str(r.Name)
+		e.str(r.Holder)
+		e.u64(r.Token)
+		e.u32(r.LeaseS)
+	case OpRelease:
+		e.str(r.Name)
+		e.str(r.Holder)
+		e.u64(r.Token)
+	case OpGet:
+		e.str(r.Name)
+	case OpList:
+		e.str(r.Prefix)
+		e.u32(r.Limit)
+	}
+	return e.done()
+}
+
+func (e *enc) ticket(t Ticket) {
+	e.str(t.Name)
+	e.str(t.Holder)
+	e.u64(t.Token)
+	e.u32(t.LeaseS)
+	e.u64(t.ConservativeValidBeforeUnixMs)
+	e.u64(t.ServerExpiryUnixMs)
+	e.u64(t.RemainingMs)
+}
+
+// AppendResponse encodes a response frame body (without the length prefix).
+func AppendResponse(id uint64, r Response) ([]byte, error) {
+	if r.Code >= codeCount {
+		return nil, fmt.Errorf("forward: cannot encode unknown %v", r.Code)
+	}
+	if r.Ticket != nil && r.List != nil {
+		return nil, errors.New("forward: cannot encode a response with both a ticket and a list")
+	}
+	e := header(kindResponse, id)
+	e.u8(uint8(r.Code))
+	e.str(r.Message)
+	e.str(r.Stage)
+	e.str(r.Reason)
+	e.str(r.Holder)
+	e.u64(r.Token)
+	switch {
+	case r.Ticket != nil:
+		e.u8(bodyTicket)
+		e.ticket(*r.Ticket)
+	case r.List != nil:
+		e.u8(bodyList)
+		e.u32(uint32(len(r.List.Tickets)))
+		for _, t := range r.List.Tickets {
+			e.ticket(t)
+		}
+		e.bool(r.List.Truncated)
+	default:
+		e.u8(bodyNone)
+	}
+	return e.done()
+}
+
+// --- decoding
+
+type dec struct {
+	b   []byte
+	err error
+}
+
+func (d *dec) take(n int, what string) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n > len(d.b) {
+		d.err = malformed("%s: need %d bytes, %d left", what, n, len(d.b))
+		return nil
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) u8(what string) uint8 {
+	if v := d.take(1, what); v != nil {
+		return v[0]
+	}
+	return 0
+}
+func (d *dec) u32(what string) uint32 {
+	if v := d.take(4, what); v != nil {
+		return binary.BigEndian.Uint32(v)
+	}
+	return 0
+}
+func (d *dec) u64(what string) uint64 {
+	if v := d.take(8, what); v != nil {
+		return binary.BigEndian.Uint64(v)
+	}
+	return 0
+}
+func (d *dec) str(what string) string {
+	l := d.take(2, what+" length")
+	if l == nil {
+		return ""
+	}
+	return string(d.take(int(binary.BigEndian.Uint16(l)), what))
+}
+func (d *dec) bool(what string) bool {
+	switch v := d.u8(what); {
+	case d.err != nil:
+	case v > 1:
+		d.err = malformed("%s: %d is not a boolean", what, v)
+	default:
+		return v == 1
+	}
+	return false
+}
+func (d *dec) end() error {
+	if d.err == nil && len(d.b) > 0 {
+		d.err = malformed("%d trailing bytes", len(d.b))
+	}
+	return d.err
+}
+
+func parseHeader(body []byte, kind uint8) (*dec, uint64, error) {
+	if len(body) > MaxFrame {
+		return nil, 0, ErrTooLarge
+	}
+	d := &dec{b: body}
+	v := d.u8("version")
+	k := d.u8("kind")
+	id := d.u64("request id")
+	switch {
+	case d.err != nil:
+		return nil, 0, d.err
+	case v != Version:
+		return nil, 0, malformed("version %d (this node speaks %d)", v, Version)
+	case k != kind:
+		return nil, 0, malformed("frame kind %d, want %d", k, kind)
+	}
+	return d, id, nil
+}
+
+// ParseRequest decodes a request frame body strictly: a known version and
+// op, exactly the op's fields, no trailing bytes.
+func ParseRequest(body []byte) (id uint64, r Request, err error) {
+	d, id, err := parseHeader(body, kindRequest)
+	if err != nil {
+		return 0, Request{}, err
+	}
+	r.Op = Op(d.u8("op"))
+	switch r.Op {
+	case OpGrant:
+		r.Name, r.Holder, r.LeaseS, r.WaitMs = d.str("name"), d.str("holder"), d.u32("lease_s"), d.u32("wait_ms")
+	case OpRenew:
+		r.Name, r.Holder, r.Token, r.LeaseS = d.str("name"), d.str("holder"), d.u64("token"), d.u32("lease_s")
+	case OpRelease:
+		r.Name, r.Holder, r.Token = d.str("name"), d.str("holder"), d.u64("token")
+	case OpGet:
+		r.Name = d.str("name")
+	case OpList:
+		r.Prefix, r.Limit = d.str("prefix"), d.u32("limit")
+	default:
+		if d.err == nil {
+			return 0, Request{}, malformed("unknown op %d", uint8(r.Op))
+		}
+	}
+	if err := d.end(); err != nil {
+		return 0, Request{}, err
+	}
+	return id, r, nil
+}
+
+func (d *dec) ticket() Ticket {
+	return Ticket{
+		Name: d.str("ticket name"), Holder: d.str("ticket holder"), Token: d.u64("ticket token"),
+		LeaseS: d.u32("ticket lease_s"), ConservativeValidBeforeUnixMs: d.u64("conservative_valid_before_unix_ms"),
+		ServerExpiryUnixMs: d.u64("server_expiry_unix_ms"), RemainingMs: d.u64("remaining_ms"),
+	}
+}
+
+// minTicket is the encoded size of a ticket with empty strings.
+const minTicket = 2 + 2 + 8 + 4 + 8 + 8 + 8
+
+// ParseResponse decodes a response frame body strictly: a known version,
+// code and body tag, a list count that fits the frame, booleans 0 or 1, no
+// trailing bytes.
+func ParseResponse(body []byte) (id uint64, r Response, err error) {
+	d, id, err := parseHeader(body, kindResponse)
+	if err != nil {
+		return 0, Response{}, err
+	}
+	r.Code = Code(d.u8("code"))
+	if d.err == nil && r.Code >= codeCount {
+		return 0, Response{}, malformed("unknown code %d", uint8(r.Code))
+	}
+	r.Message, r.Stage, r.Reason, r.Holder, r.Token = d.str("message"), d.str("stage"), d.str("reason"), d.str("holder"), d.u64("token")
+	switch tag := d.u8("body"); {
+	case d.err != nil:
+	case tag == bodyNone:
+	case tag == bodyTicket:
+		t := d.ticket()
+		r.Ticket = &t
+	case tag == bodyList:
+		n := d.u32("ticket count")
+		if d.err == nil && uint64(n)*minTicket > uint64(len(d.b)) {
+			return 0, Response{}, malformed("%d tickets cannot fit in %d bytes", n, len(d.b))
+		}
+		l := &List{}
+		for i := uint32(0); i < n && d.err == nil; i++ {
+			l.Tickets = append(l.Tickets, d.ticket())
+		}
+		l.Truncated = d.bool("truncated")
+		r.List = l
+	default:
+		return 0, Response{}, malformed("unknown body tag %d", tag)
+	}
+	if err := d.end(); err != nil {
+		return 0, Response{}, err
+	}
+	return id, r, nil
+}

@@ -1,0 +1,144 @@
+package reconcile
+
+import (
+	"fmt"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// genWorld draws a cluster whose leader is a voter and whose live voters
+// are a majority (a leader without one cannot commit a change anyway).
+func genWorld(t *rapid.T) *world {
+	n := rapid.IntRange(1, 12).Draw(t, "n")
+	lim := Limits{MaxVoters: rapid.IntRange(0, 8).Draw(t, "max_voters"), MaxStandbys: rapid.IntRange(-1, 5).Draw(t, "max_standbys")}
+	w := newWorld("n01", lim)
+	domains := []string{"a", "b", "c", "d", ""}
+	for i := 1; i <= n; i++ {
+		id := fmt.Sprintf("n%02d", i)
+		w.members[id] = Member{
+			ID:            id,
+			Address:       rapid.SampledFrom([]string{"addr-" + id, "addr-" + id, "addr-" + id, ""}).Draw(t, "addr"),
+			Eligible:      rapid.Float64Range(0, 1).Draw(t, "eligible") < 0.85,
+			Priority:      rapid.IntRange(0, 3).Draw(t, "priority"),
+			FailureDomain: rapid.SampledFrom(domains).Draw(t, "domain"),
+			Alive:         rapid.Float64Range(0, 1).Draw(t, "alive") < 0.8,
+			RaftContact:   rapid.Bool().Draw(t, "contact"),
+			ClockHealthy:  rapid.Float64Range(0, 1).Draw(t, "healthy") < 0.9,
+			Retired:       rapid.Float64Range(0, 1).Draw(t, "retired") < 0.1,
+			CaughtUp:      rapid.Bool().Draw(t, "caught_up"),
+		}
+		switch rapid.IntRange(0, 2).Draw(t, "config") {
+		case 1:
+			w.config[id] = Voter
+		case 2:
+			w.config[id] = Nonvoter
+		}
+	}
+	w.config["n01"] = Voter
+	// Give the configuration a live majority by restoring Raft contact.
+	for _, id := range sortedKeys(w.config) {
+		if w.quorum() {
+			break
+		}
+		if w.config[id] == Voter && !w.up(id) {
+			m := w.members[id]
+			m.RaftContact = true
+			w.members[id] = m
+		}
+	}
+	// A gossip-forgotten configuration server, sometimes.
+	if rapid.Bool().Draw(t, "ghost") {
+		w.config["ghost"] = rapid.SampledFrom([]Suffrage{Voter, Nonvoter}).Draw(t, "ghost_suffrage")
+		if !w.quorum() {
+			delete(w.config, "ghost")
+		}
+	}
+	return w
+}
+
+// SPEC §5 Reconciler (issue 12 item 2): every step of every plan is a valid
+// Raft change that keeps the live voters a majority; nothing retired,
+// unhealthy, ineligible or not caught up is added or promoted; the leader is
+// never demoted or removed.
+func TestPropertyStepsSafe(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		w := genWorld(t)
+		plan := Plan(w.input())
+		for _, c := range plan {
+			m := w.members[c.ID]
+			if (c.Kind == AddNonvoter || c.Kind == Promote) && (m.Retired || !m.ClockHealthy || !m.Eligible) {
+				t.Fatalf("%v picks %+v", c, m)
+			}
+		}
+		if err := w.applyAll(plan); err != nil {
+			t.Fatal(err)
+		}
+		if w.config[w.leader] != Voter {
+			t.Fatalf("the leader is no longer a voter: %v", w.config)
+		}
+	})
+}
+
+// SPEC §5 Bounded core and Reconciler: planning again on the applied output
+// (non-voters having caught up) reaches a plan with nothing in it within a
+// few rounds — one more when a demotion had to wait for the removal of a
+// dead voter, or a promotion for a second one — and there the bounds hold:
+// voters = min(max_voters, fit nodes), odd from three up, over as many
+// failure domains as the fit nodes offer; standbys ≤ max_standbys; every
+// voter and standby fit; the leader a voter.
+func TestPropertyConvergesWithinBounds(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		w := genWorld(t)
+		if _, err := w.converge(5); err != nil {
+			t.Fatal(err)
+		}
+		lim := w.limits.normalized()
+		fit, fitDomains := 0, map[string]bool{}
+		for id, m := range w.members {
+			if w.fit(id) && (m.Address != "" || w.config[id] != 0) || id == w.leader {
+				fit++
+				fitDomains[m.FailureDomain] = true
+			}
+		}
+		voters, standbys := 0, 0
+		for id, s := range w.config {
+			if id != w.leader && !w.fit(id) {
+				t.Fatalf("unfit %s (%+v) still %v", id, w.members[id], s)
+			}
+			if s == Voter {
+				voters++
+			} else {
+				standbys++
+			}
+		}
+		if want := voterCount(fit, lim.MaxVoters); voters != want {
+			t.Fatalf("%d voters, want %d (fit %d, max %d): %v", voters, want, fit, lim.MaxVoters, w.config)
+		}
+		if want := min(lim.MaxStandbys, fit-voters); standbys != want {
+			t.Fatalf("%d standbys, want %d: %v", standbys, want, w.config)
+		}
+		if got, want := len(w.voterDomains()), min(voters, len(fitDomains)); got != want {
+			t.Fatalf("voters over %d domains, the fit nodes offer %d for %d voters: %v", got, len(fitDomains), voters, w.config)
+		}
+		if w.config[w.leader] != Voter {
+			t.Fatal("the leader is no longer a voter")
+		}
+	})
+}
+
+// Plan is idempotent on its own fixed point and deterministic: the same
+// input in another member order gives the same plan.
+func TestPropertyDeterministic(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		w := genWorld(t)
+		in := w.input()
+		a := Plan(in)
+		perm := rapid.Permutation(in.Members).Draw(t, "perm")
+		in.Members = perm
+		in.Config = rapid.Permutation(in.Config).Draw(t, "perm_config")
+		if b := Plan(in); !sameChanges(a, b) {
+			t.Fatalf("member order changed the plan:\n%v\n%v", a, b)
+		}
+	})
+}
