@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/netutil"
+
 	"github.com/tckclk/tckclk/internal/config"
 	"github.com/tckclk/tckclk/node/api"
 )
@@ -36,9 +38,15 @@ func (n *Node) startAPI(ln net.Listener) (*apiServer, error) {
 			return nil, fmt.Errorf("node: api.addr: %w", err)
 		}
 	}
+	// The cap sits under TLS, so a handshake holds a slot too.
+	ln = netutil.LimitListener(ln, n.cfg.API.MaxConns)
 	scheme := "http"
 	if tlsConf != nil {
 		ln, scheme = tls.NewListener(ln, tlsConf), "https"
+	}
+	if exposed := !isLoopback(ln.Addr()); exposed && (tlsConf == nil || n.secrets.client == nil) {
+		n.log.Warn("THE API IS REACHABLE BEYOND LOOPBACK WITHOUT TLS OR A CLIENT TOKEN: anyone who can reach it can grant and release tickets; "+
+			"set api.tls and api.token_file, or listen on 127.0.0.1", "addr", ln.Addr().String(), "tls", tlsConf != nil, "client_token", n.secrets.client != nil)
 	}
 	n.log.Info("ticketd starting", "node_id", n.cfg.Cluster.Name, "mode", "single-node",
 		"data_dir", n.dir.Path(), "delta_ms", n.cfg.Clock.DeltaMs, "clock", n.clockMode(),
@@ -75,6 +83,12 @@ func (s *apiServer) stop() {
 		s.srv.Close()
 	}
 	s.wg.Wait()
+}
+
+// isLoopback reports whether addr is a loopback TCP address.
+func isLoopback(addr net.Addr) bool {
+	ta, ok := addr.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }
 
 func apiTLS(t *APITLSConfig) (*tls.Config, error) {

@@ -18,6 +18,8 @@ const (
 	DefaultNodeName   = "node-1"
 	DefaultMaxVoters  = 5
 	DefaultMaxStandby = 4
+	// DefaultAPIMaxConns caps concurrent API connections.
+	DefaultAPIMaxConns = 1024
 )
 
 // Config is ticketd.yaml (SPEC §6, §8). The cluster keys keep the seed's
@@ -92,6 +94,9 @@ type APIConfig struct {
 	TokenFile      string       `yaml:"token_file"`       // client bearer token (optional)
 	AdminTokenFile string       `yaml:"admin_token_file"` // guards /v1/cluster/...; unset: admin API off
 	TLS            APITLSConfig `yaml:"tls"`
+	// MaxConns caps concurrent API connections (like the agent's); more
+	// wait in the listen backlog.
+	MaxConns int `yaml:"max_conns"`
 }
 
 // APITLSConfig is api.tls: server certificate and key, optional client CA
@@ -148,7 +153,7 @@ func DefaultConfig() Config {
 			},
 		},
 		Clock: clockhealth.DefaultConfig(),
-		API:   APIConfig{Addr: DefaultAPIAddr},
+		API:   APIConfig{Addr: DefaultAPIAddr, MaxConns: DefaultAPIMaxConns},
 		Log:   LogConfig{Level: "info", Format: "text"},
 	}
 }
@@ -205,6 +210,9 @@ func (c *Config) Validate() error {
 	}
 	if c.API.Addr == "" {
 		return config.Errorf("api.addr", "must not be empty")
+	}
+	if c.API.MaxConns < 1 || c.API.MaxConns > 1_000_000 {
+		return config.Errorf("api.max_conns", "%d is outside 1..=1000000", c.API.MaxConns)
 	}
 	if _, _, err := net.SplitHostPort(c.API.Addr); err != nil {
 		return config.Errorf("api.addr", "%q is not HOST:PORT", c.API.Addr)

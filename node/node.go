@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -60,8 +61,13 @@ type Deps struct {
 	built func(*Node) // tests in this package: the node, once built
 }
 
-// Run runs a ticketd node until ctx ends or the node fails.
-func Run(ctx context.Context, cfg Config) error { return RunWith(ctx, cfg, Deps{}) }
+// Run runs a ticketd node until ctx ends or the node fails. It sets the
+// process umask to 077 first, so every file and directory the node (and
+// Raft's snapshot store) creates in the data dir is owner-only (issue 10).
+func Run(ctx context.Context, cfg Config) error {
+	syscall.Umask(0o077)
+	return RunWith(ctx, cfg, Deps{})
+}
 
 // Node is one running ticketd; it is the API's Backend. Its goroutines —
 // the run loop (RunWith's), the HTTP server, the leadership watcher and the
@@ -200,17 +206,21 @@ func (n *Node) run(ctx context.Context, deps *Deps) (err error) {
 		return err
 	}
 	n.cons.Store(cons)
-	defer func() {
-		if cerr := cons.Close(); cerr != nil && err == nil {
-			err = cerr
-		}
-	}()
 	n.stage.set(StageRaft, "waiting for leadership")
 
 	lctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { n.leadership(lctx) })
-	defer func() { stop(); wg.Wait() }()
+	// Raft shuts down before the leader's goroutines are waited for: a
+	// proposal blocked on Raft's queue then returns at once (shutdown)
+	// instead of running out its enqueue timeout.
+	defer func() {
+		stop()
+		if cerr := cons.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+		wg.Wait()
+	}()
 	for {
 		select {
 		case <-ctx.Done():

@@ -65,6 +65,11 @@ func (n *Node) Write(ctx context.Context, w api.Write) (api.Written, error) {
 	if !ok1 || !ok2 {
 		return api.Written{}, api.Unavailable("clock", "clock", "the wall clock reads before 1970")
 	}
+	if w.Op == ticket.OpGrant {
+		if r, refused := n.fsm.RefusesGrant(w.Name, w.Holder, nowMs); refused {
+			return api.Written{Result: r, RecvMs: recvMs}, nil // nothing appended
+		}
+	}
 	e := ticket.Entry{Op: w.Op, NowMs: nowMs, Name: w.Name, Holder: w.Holder, Token: w.Token, LeaseS: w.LeaseS}
 	if w.Op == ticket.OpGrant || w.Op == ticket.OpRenew {
 		delta := n.fsm.Delta()

@@ -54,6 +54,7 @@ type Monitor struct {
 	cfg        Config
 	host       bool // no agent: watch the host clock only (SPEC §4)
 	keys       protocol.KeyRing
+	devHint    protocol.KeyRing // dev keys, to say so when a --dev agent is used without dev_reference
 	wall       WallClock
 	mono       MonoClock
 	dialer     Dialer
@@ -151,6 +152,10 @@ func New(opts Options) (*Monitor, error) {
 			return nil, fmt.Errorf("clockhealth: clock.next_secret_file: the next clock secret holds %d bytes; at least %d are required", len(opts.NextSecret), secret.MinLen)
 		}
 		m.keys = KeyRing(opts.Secret, opts.NextSecret, cfg.DevReference)
+		if !cfg.DevReference {
+			// Only to explain a mac failure: a dev agent's MAC never passes here.
+			m.devHint = KeyRing(opts.Secret, opts.NextSecret, true)
+		}
 		for _, a := range cfg.Agents() {
 			m.agents = append(m.agents, agentState{addr: a, st: AgentStatus{Addr: a}})
 		}

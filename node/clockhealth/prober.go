@@ -94,6 +94,12 @@ func (m *Monitor) exchangeOne(ctx context.Context, idx int, nonce protocol.Nonce
 	resp, err := protocol.ParseVerify(line, nonce, m.keys)
 	if err != nil {
 		x.err = asProtocolError(err, protocol.ReasonFormat)
+		if x.err.Reason == protocol.ReasonMAC && m.devHint != nil {
+			if _, derr := protocol.ParseVerify(line, nonce, m.devHint); derr == nil {
+				x.err = protocol.Wrap(protocol.ReasonMAC, "MAC does not verify under the secret, but is valid under dev_key: the agent is a "+
+					"--dev development reference; point clock.agent_addr at a real agent, or (development only) set clock.dev_reference: true", x.err)
+			}
+		}
 		return x
 	}
 	if err := lr.ExpectEOF(); err != nil {

@@ -378,7 +378,14 @@ func TestDevReference(t *testing.T) {
 				hs.pass(3)
 				return
 			}
-			hs.wantFailed(hs.mon.Probe(t.Context()), tc.want)
+			err := hs.mon.Probe(t.Context())
+			hs.wantFailed(err, tc.want)
+			// Issue 10: a dev agent used without dev_reference says so and
+			// how to fix it; a real agent's MAC under dev_reference does not.
+			hint := strings.Contains(err.Error(), "valid under dev_key") && strings.Contains(err.Error(), "clock.dev_reference")
+			if hint != (tc.key == devKey && !tc.dev) {
+				t.Fatalf("dev_key hint %v in %q", hint, err)
+			}
 		})
 	}
 	t.Run("shared dev vector", func(t *testing.T) {

@@ -268,6 +268,19 @@ func (f *FSM) Get(name string) (Ticket, bool) {
 	return Ticket{}, false
 }
 
+// RefusesGrant reports whether a Grant by holder at nowMs would be refused
+// as held by the current state (another holder, expiry > nowMs), with the
+// refusal the FSM would return. A leader may answer it without appending
+// an entry: a refusal never creates a holder (issue 10).
+func (f *FSM) RefusesGrant(name, holder string, nowMs uint64) (Result, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if it := f.tickets[name]; it != nil && it.ExpiryMs > nowMs && it.Holder != holder {
+		return Result{Code: CodeHeld, Ticket: it.Ticket}, true
+	}
+	return Result{}, false
+}
+
 // List returns up to limit tickets whose names start with prefix, sorted by
 // name, and whether more matched (limit ≤ 0: no limit).
 func (f *FSM) List(prefix string, limit int) ([]Ticket, bool) {

@@ -27,9 +27,9 @@ func ValidName(name string) error {
 			continue
 		}
 		if i == 0 {
-			return fmt.Errorf("name must start with a letter or digit, not %q", c)
+			return fmt.Errorf("name must start with a letter or digit, not %q", string([]byte{c}))
 		}
-		return fmt.Errorf("name has %q at byte %d; allowed are A-Z a-z 0-9 . _ : -", c, i)
+		return fmt.Errorf("name has %q at byte %d; allowed are A-Z a-z 0-9 . _ : -", string([]byte{c}), i)
 	}
 	return nil
 }
