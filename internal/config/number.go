@@ -99,7 +99,7 @@ func ParseInt(s string, bits int) (int64, error) {
 		return 0, err
 	}
 	if body != s { // negative
-		if u > uint64(-(lo + 1))+1 {
+		if u > uint64(-(lo+1))+1 {
 			return 0, &numberError{msg: fmt.Sprintf("outside %d..=%d", lo, hi)}
 		}
 		return int64(-u), nil // u ≤ 2^63: -u wraps to the right value
