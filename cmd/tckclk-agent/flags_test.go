@@ -10,7 +10,9 @@ import (
 // anything else is exit 2 naming the key or the flag.
 func TestNumbersAreDecimal(t *testing.T) {
 	sec := writeFile(t, "s", secretBytes, 0o600)
-	yml := func(body string) string { return writeFile(t, "a.yaml", []byte(body+"sources: {kernel: {enabled: true}}\n"), 0o644) }
+	yml := func(body string) string {
+		return writeFile(t, "a.yaml", []byte(body+"sources: {kernel: {enabled: true}}\n"), 0o644)
+	}
 	for _, c := range []struct {
 		name string
 		args []string
