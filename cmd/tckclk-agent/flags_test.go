@@ -24,6 +24,7 @@ func TestNumbersAreDecimal(t *testing.T) {
 		{"flag sign", []string{"--sources.ptp.domain", "+1"}, `--sources.ptp.domain "+1"`},
 		{"flag range", []string{"--sources.ptp.domain", "256"}, `--sources.ptp.domain "256": outside 0..=255`},
 		{"flag word", []string{"--max_drift_ppm", "lots"}, `--max_drift_ppm "lots": want an integer in plain decimal`},
+		{"flag own bool", []string{"--kernel=on"}, `tckclk-agent: --kernel "on": want true or false`},
 		{"flag validated", []string{"--kernel", "--secret-file", sec, "--read_timeout_ms", "60000"}, "--read_timeout_ms: config: read_timeout_ms: 60000 is outside 1..=10000"},
 		{"yaml octal-looking", []string{"--config", yml("read_timeout_ms: 0500\n")}, `read_timeout_ms: bad value "0500" (line 1): want plain decimal digits`},
 		{"yaml hex", []string{"--config", yml("max_conns: 0x400\n")}, `max_conns: bad value "0x400" (line 1)`},

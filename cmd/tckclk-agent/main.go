@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	"github.com/tckclk/tckclk/agent"
+	"github.com/tckclk/tckclk/internal/config"
 	"github.com/tckclk/tckclk/internal/secret"
 	"github.com/tckclk/tckclk/internal/version"
 )
@@ -53,7 +54,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env secre
 			writeUsage(stderr, keys)
 			return 0
 		}
-		fmt.Fprintf(stderr, "tckclk-agent: %v\n(tckclk-agent --help for usage)\n", err)
+		fmt.Fprintf(stderr, "tckclk-agent: %s\n(tckclk-agent --help for usage)\n", config.DescribeFlagError(err))
 		return 2
 	}
 	if *showVer {

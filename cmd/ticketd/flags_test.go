@@ -24,6 +24,7 @@ func TestNumbersAreDecimal(t *testing.T) {
 		{"flag -0 on a signed key", []string{"--cluster.raft.priority", "-0"}, `--cluster.raft.priority "-0"`},
 		{"flag duration", []string{"--cluster.raft.snapshot_interval", "30"}, `--cluster.raft.snapshot_interval "30": want a Go duration`},
 		{"flag bool", []string{"--cluster.raft.eligible=yes"}, `--cluster.raft.eligible "yes": want true or false`},
+		{"flag own bool", []string{"--print-config=maybe"}, `ticketd: --print-config "maybe": want true or false`},
 		{"yaml octal-looking", []string{"--config", writeConfig(t, "clock:\n  delta_ms: 0500\n")}, `clock.delta_ms: bad value "0500" (line 2): want plain decimal digits`},
 		{"yaml hex", []string{"--config", writeConfig(t, "clock:\n  delta_ms: 0x1f4\n")}, `clock.delta_ms: bad value "0x1f4" (line 2)`},
 		{"yaml binary", []string{"--config", writeConfig(t, "cluster:\n  raft:\n    max_voters: 0b11\n")}, `cluster.raft.max_voters: bad value "0b11" (line 3)`},

@@ -49,7 +49,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			writeUsage(stderr, keys)
 			return 0
 		}
-		fmt.Fprintf(stderr, "ticketd: %v\n(ticketd --help for usage)\n", err)
+		fmt.Fprintf(stderr, "ticketd: %s\n(ticketd --help for usage)\n", config.DescribeFlagError(err))
 		return 2
 	}
 	if *showVersion {

@@ -196,3 +196,34 @@ func show(v reflect.Value) string {
 	}
 	return fmt.Sprint(v.Interface())
 }
+
+// DescribeFlagError rewrites an error of flag.FlagSet.Parse so that it
+// names the flag as written (--name) and the expected form only, without
+// the parser's wording ("parse error", strconv's messages).
+func DescribeFlagError(err error) string {
+	msg := err.Error()
+	for _, p := range []struct{ prefix, sep, want string }{
+		{"invalid boolean value ", " for -", "want true or false"},
+		{"invalid value ", " for flag -", ""},
+	} {
+		rest, ok := strings.CutPrefix(msg, p.prefix)
+		if !ok {
+			continue
+		}
+		val, rest, ok := strings.Cut(rest, p.sep)
+		if !ok {
+			break
+		}
+		name, why, _ := strings.Cut(rest, ": ")
+		if p.want != "" {
+			why = p.want
+		}
+		return "--" + name + " " + val + ": " + why
+	}
+	for _, p := range []string{"flag provided but not defined: -", "flag needs an argument: -"} {
+		if rest, ok := strings.CutPrefix(msg, p); ok {
+			return strings.TrimSuffix(p, "-") + "--" + strings.TrimPrefix(rest, "-")
+		}
+	}
+	return msg
+}

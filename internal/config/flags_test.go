@@ -116,3 +116,29 @@ func TestKeyFlagsHelp(t *testing.T) {
 		}
 	}
 }
+
+// Issue 10: flag errors name the flag and the expected form only.
+func TestDescribeFlagError(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Bool("dev", false, "")
+	fs.String("addr", "", "")
+	fs.Func("timeout", "", func(string) error { return errors.New("want a Go duration like 2s") })
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--dev=maybe"}, `--dev "maybe": want true or false`},
+		{[]string{"--timeout", "5"}, `--timeout "5": want a Go duration like 2s`},
+		{[]string{"--nope"}, "flag provided but not defined: --nope"},
+		{[]string{"--addr"}, "flag needs an argument: --addr"},
+	} {
+		err := fs.Parse(c.args)
+		if err == nil || DescribeFlagError(err) != c.want {
+			t.Errorf("%q: %v → %q, want %q", c.args, err, DescribeFlagError(err), c.want)
+		}
+	}
+	if got := DescribeFlagError(errors.New("other")); got != "other" {
+		t.Errorf("%q", got)
+	}
+}
