@@ -2,7 +2,8 @@
 # ticketd vs etcd, side by side in one run (issue 6, SPEC §4/§5 known-good
 # set): a single-member etcd from Debian's etcd-server and a single-node
 # ticketd, both on loopback in a temp dir with fsync on (the defaults of
-# both), driven by cmd/ticketload with the same number of concurrent
+# both), driven by bench/ticketload (in bench/'s own Go module, which
+# keeps etcd's client out of the product's go.mod) with the same number of concurrent
 # clients doing lock cycles on distinct names, in alternating rounds.
 # Prints cycles/s, p50 and p99 for both and the ratios ticketd/etcd
 # (targets: throughput ≥ 1.0×, p99 ≤ 1.0×).
@@ -47,7 +48,7 @@ cleanup() {
 trap cleanup EXIT
 
 go build -o "$tmp/ticketd" ./cmd/ticketd
-go build -o "$tmp/ticketload" ./cmd/ticketload
+(cd bench && go build -o "$tmp/ticketload" ./ticketload)
 
 echo "bench: $("$ETCD" --version | head -1), $(go version | cut -d' ' -f3), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "bench: $CLIENTS clients, $ROUNDS rounds × $DURATION per target (after $WARMUP warm-up), data in $tmp"

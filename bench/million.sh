@@ -29,7 +29,7 @@ cleanup() {
 trap cleanup EXIT
 
 go build -o "$tmp/ticketd" ./cmd/ticketd
-go build -o "$tmp/ticketload" ./cmd/ticketload
+(cd bench && go build -o "$tmp/ticketload" ./ticketload)
 go build -o "$tmp/ticketctl" ./cmd/ticketctl
 head -c 48 /dev/urandom | base64 >"$tmp/admin.token"
 chmod 600 "$tmp/admin.token"

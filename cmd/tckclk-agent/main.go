@@ -1,6 +1,7 @@
 // Command tckclk-agent is the TCKCLK/2 clock agent (SPEC §2, §8): flags and
-// agent.yaml → agent.Config → agent.Run. Exit status 0 ok, 1 runtime
-// failure, 2 bad usage, configuration or secret.
+// agent.yaml → agent.Config → agent.Run. Every key of agent.yaml is a flag
+// too (numbers in plain decimal). Exit status 0 ok, 1 runtime failure, 2
+// bad usage, configuration or secret.
 package main
 
 import (
@@ -15,11 +16,10 @@ import (
 	"strings"
 	"syscall"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/tckclk/tckclk/agent"
 	"github.com/tckclk/tckclk/internal/config"
 	"github.com/tckclk/tckclk/internal/secret"
+	"github.com/tckclk/tckclk/internal/version"
 )
 
 func main() {
@@ -31,16 +31,9 @@ type listFlag []string
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
-// flagOf maps a config key path to the flag that sets it.
-var flagOf = map[string]string{
-	"listen": "listen", "http": "http", "secret_file": "secret-file", "dev": "dev",
-	"sources.ntp.servers": "ntp", "sources.chrony.address": "chrony", "sources.ptp.uds": "ptp4l",
-	"sources.kernel.enabled": "kernel",
-}
-
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, env secret.Lookup) int {
 	fs := flag.NewFlagSet("tckclk-agent", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // errors and help are written below, once
 	var (
 		cfgPath  = fs.String("config", "", "agent.yaml (strict: unknown keys are errors); flags override it")
 		listen   = fs.String("listen", agent.DefaultListen, "TCKCLK/2 TCP address (a trusted private network: the MAC gives integrity, not secrecy)")
@@ -52,16 +45,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env secre
 		kernel   = fs.Bool("kernel", false, "use the kernel's adjtimex state as a source")
 		dev      = fs.Bool("dev", false, "development reference: loopback only, the local clock signed with dev_key (never production)")
 		printCfg = fs.Bool("print-config", false, "print the effective configuration (secret redacted) and exit")
+		showVer  = fs.Bool("version", false, "print the version and exit")
 	)
 	fs.Var(&ntp, "ntp", "NTP server HOST[:PORT] (repeatable)")
+	keys := bindKeys(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			writeUsage(stderr, keys)
 			return 0
 		}
+		fmt.Fprintf(stderr, "tckclk-agent: %s\n(tckclk-agent --help for usage)\n", config.DescribeFlagError(err))
 		return 2
 	}
+	if *showVer {
+		fmt.Fprintln(stdout, version.String("tckclk-agent"))
+		return 0
+	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tckclk-agent: unexpected argument %q (every option is a flag)\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "tckclk-agent: unexpected argument %q (every option is a flag; tckclk-agent --help for usage)\n", fs.Arg(0))
 		return 2
 	}
 	set := map[string]bool{}
@@ -104,14 +105,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env secre
 	if set["dev"] {
 		cfg.Dev = *dev
 	}
+	if err := keys.Apply(&cfg); err != nil {
+		fmt.Fprintf(stderr, "tckclk-agent: %v\n", err)
+		return 2
+	}
 
 	if *printCfg {
-		return printConfig(cfg, env, stdout, stderr, set)
+		return printConfig(cfg, env, stdout, stderr, set, keys)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	a, err := agent.New(cfg, agent.Options{Logger: log, Env: env})
 	if err != nil {
-		fmt.Fprintf(stderr, "tckclk-agent: %s\n", describe(err, set))
+		fmt.Fprintf(stderr, "tckclk-agent: %s\n", describe(err, set, keys))
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
@@ -134,43 +139,4 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env secre
 		return 1
 	}
 	return 0
-}
-
-// describe names the flag when the bad key came from one.
-func describe(err error, set map[string]bool) string {
-	var ce *config.Error
-	if errors.As(err, &ce) {
-		key, _, _ := strings.Cut(ce.Path, "[")
-		if f, ok := flagOf[key]; ok && set[f] {
-			return "--" + f + ": " + err.Error()
-		}
-	}
-	return err.Error()
-}
-
-// printConfig prints the effective configuration; the secret itself is
-// never printed, only where it comes from.
-func printConfig(cfg agent.Config, env secret.Lookup, stdout, stderr io.Writer, set map[string]bool) int {
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "tckclk-agent: %s\n", describe(err, set))
-		return 2
-	}
-	out, err := yaml.Marshal(cfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "tckclk-agent: %v\n", err)
-		return 1
-	}
-	status := 0
-	sec, serr := secret.LoadClock(env, cfg.SecretFile)
-	if serr != nil {
-		fmt.Fprintf(stdout, "# secret: NOT LOADABLE: %v\n", serr)
-		status = 2
-	} else {
-		fmt.Fprintf(stdout, "# secret: %s (%s)\n", sec, sec.Origin())
-	}
-	if cfg.Dev {
-		fmt.Fprintln(stdout, "# DEVELOPMENT REFERENCE: signs with dev_key, loopback only")
-	}
-	stdout.Write(out)
-	return status
 }

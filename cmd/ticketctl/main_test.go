@@ -3,219 +3,32 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"github.com/tckclk/tckclk/node/api/wire"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/tckclk/tckclk/node"
-	"github.com/tckclk/tckclk/node/api/client"
-	"go.uber.org/goleak"
+	"github.com/tckclk/tckclk/node/api/ctl"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-const adminTok = "admin-token-for-tests-0123456789abcdef"
-
-// startNode runs a real node in-process on a loopback port.
-func startNode(t *testing.T) (addr, adminFile string) {
-	t.Helper()
-	dir := t.TempDir()
-	adminFile = filepath.Join(dir, "admin.token")
-	if err := os.WriteFile(adminFile, []byte(adminTok+"\n"), 0o600); err != nil {
+// The process wiring: token files are read with the secret rules (a file
+// others can read is refused before any request), --version names the
+// build. The commands themselves are tested in node/api/ctl.
+func TestProcessEnv(t *testing.T) {
+	loose := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(loose, []byte("client-token-0123456789abcdef\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := node.DefaultConfig()
-	cfg.Cluster.Raft.DataDir = filepath.Join(dir, "data")
-	cfg.API.AdminTokenFile = adminFile
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	run := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		env := processEnv()
+		env.Stdout, env.Stderr = &out, &errb
+		return ctl.Main(context.Background(), args, env), out.String(), errb.String()
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- node.RunWith(ctx, cfg, node.Deps{Listener: ln}) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("node: %v", err)
-		}
-	})
-	addr = "http://" + ln.Addr().String()
-	c, _ := client.New(addr)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := c.Ready(context.Background()); err == nil {
-			return addr, adminFile
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("node not ready")
-		}
-		time.Sleep(5 * time.Millisecond) // readiness poll with a deadline
+	if code, _, errs := run("--addr", "http://127.0.0.1:1", "--token-file", loose, "status"); code != 2 || !strings.Contains(errs, "--token-file") || !strings.Contains(errs, "0600") {
+		t.Fatalf("loose token file: exit %d %q", code, errs)
 	}
-}
-
-type result struct {
-	code        int
-	out, stderr string
-}
-
-func ctl(t *testing.T, env map[string]string, args ...string) result {
-	t.Helper()
-	var out, errb bytes.Buffer
-	code := run(context.Background(), args, &out, &errb, func(k string) (string, bool) {
-		v, ok := env[k]
-		return v, ok
-	}, time.Now)
-	return result{code, out.String(), errb.String()}
-}
-
-// SPEC §8: the command lines, with readable output and --json.
-func TestSession(t *testing.T) {
-	addr, adminFile := startNode(t)
-	env := map[string]string{"TICKETCTL_ADDR": addr}
-
-	r := ctl(t, env, "grant", "build-lock", "--holder", "alice", "--lease", "30", "--json")
-	if r.code != 0 {
-		t.Fatalf("grant: %+v", r)
+	if code, out, _ := run("--version"); code != 0 || !strings.HasPrefix(out, "ticketctl ") || !strings.Contains(out, "revision ") {
+		t.Fatalf("--version: exit %d %q", code, out)
 	}
-	var g wire.Grant
-	if err := json.Unmarshal([]byte(r.out), &g); err != nil || g.Holder != "alice" || g.LeaseS != 30 || g.Token == 0 {
-		t.Fatalf("grant --json: %q %v", r.out, err)
-	}
-	tok := func(n uint64) string { return strings.TrimSpace(string(must(json.Marshal(n)))) }
-
-	r = ctl(t, env, "--addr", addr, "grant", "build-lock", "--holder", "bob", "--lease", "30")
-	if r.code != 1 || !strings.Contains(r.stderr, `held by "alice" with token `+tok(g.Token)) {
-		t.Fatalf("grant by bob: %+v", r)
-	}
-	r = ctl(t, env, "grant", "build-lock", "--holder", "bob", "--lease", "30", "--json")
-	if r.code != 1 || !strings.Contains(r.out, `"error": "held"`) {
-		t.Fatalf("grant by bob --json: %+v", r)
-	}
-	// SPEC §8 spelling: renew NAME --token N --lease 30, the holder from the environment.
-	env["TICKETCTL_HOLDER"] = "alice"
-	r = ctl(t, env, "renew", "build-lock", "--token", tok(g.Token), "--lease", "60")
-	if r.code != 0 || !strings.Contains(r.out, "lease           60s") || !strings.Contains(r.out, "local deadline") {
-		t.Fatalf("renew: %+v", r)
-	}
-	r = ctl(t, env, "get", "build-lock")
-	if r.code != 0 || !strings.Contains(r.out, "NAME") || !strings.Contains(r.out, "build-lock  alice") {
-		t.Fatalf("get: %+v", r)
-	}
-	ctl(t, env, "grant", "other", "--holder", "carol", "--lease", "5")
-	r = ctl(t, env, "list", "--prefix", "bui", "--json")
-	var l wire.TicketList
-	if r.code != 0 || json.Unmarshal([]byte(r.out), &l) != nil || len(l.Tickets) != 1 || l.Tickets[0].Name != "build-lock" {
-		t.Fatalf("list --prefix: %+v", r)
-	}
-	r = ctl(t, env, "list")
-	if r.code != 0 || strings.Count(r.out, "\n") != 3 {
-		t.Fatalf("list: %+v", r)
-	}
-	r = ctl(t, env, "release", "build-lock", "--token", tok(g.Token+1))
-	if r.code != 1 || !strings.Contains(r.stderr, "wrong_token (409)") {
-		t.Fatalf("release with a wrong token: %+v", r)
-	}
-	r = ctl(t, env, "release", "build-lock", "--token", tok(g.Token))
-	if r.code != 0 || !strings.Contains(r.out, "released build-lock") {
-		t.Fatalf("release: %+v", r)
-	}
-	r = ctl(t, env, "get", "build-lock")
-	if r.code != 1 || !strings.Contains(r.stderr, "not_found (404)") {
-		t.Fatalf("get after release: %+v", r)
-	}
-	r = ctl(t, env, "status")
-	if r.code != 0 || !strings.Contains(r.out, "role     leader") || !strings.Contains(r.out, "Δ        500 ms") {
-		t.Fatalf("status: %+v", r)
-	}
-	r = ctl(t, env, "status", "--json")
-	var st wire.Status
-	if r.code != 0 || json.Unmarshal([]byte(r.out), &st) != nil || !st.Ready || st.TicketsActive != 1 {
-		t.Fatalf("status --json: %+v", r)
-	}
-	r = ctl(t, env, "cluster", "--admin-token-file", adminFile)
-	if r.code != 0 || !strings.Contains(r.out, "node-1") || !strings.Contains(r.out, "voter") {
-		t.Fatalf("cluster: %+v", r)
-	}
-}
-
-// SPEC §4: holders may hold spaces; tables quote such a holder so the
-// column stays unambiguous, --json carries it verbatim, and renew/release
-// by that holder work.
-func TestHolderWithSpaces(t *testing.T) {
-	addr, _ := startNode(t)
-	env := map[string]string{"TICKETCTL_ADDR": addr}
-	r := ctl(t, env, "grant", "spaced", "--holder", "alice smith ", "--lease", "30")
-	if r.code != 0 || !strings.Contains(r.out, `holder          "alice smith "`) {
-		t.Fatalf("grant: %+v", r)
-	}
-	r = ctl(t, env, "list")
-	if r.code != 0 || !strings.Contains(r.out, `spaced  "alice smith "`) {
-		t.Fatalf("list: %+v", r)
-	}
-	r = ctl(t, env, "get", "spaced", "--json")
-	var got wire.Ticket
-	if r.code != 0 || json.Unmarshal([]byte(r.out), &got) != nil || got.Holder != "alice smith " {
-		t.Fatalf("get --json: %+v", r)
-	}
-	env["TICKETCTL_HOLDER"] = "alice smith "
-	r = ctl(t, env, "release", "spaced", "--token", strconv.FormatUint(got.Token, 10))
-	if r.code != 0 || !strings.Contains(r.out, `released spaced (holder "alice smith ", token`) {
-		t.Fatalf("release: %+v", r)
-	}
-}
-
-func TestUsageErrorsExit2(t *testing.T) {
-	env := map[string]string{"TICKETCTL_ADDR": "http://127.0.0.1:1"} // never reached
-	for _, c := range []struct {
-		args []string
-		msg  string
-	}{
-		{nil, "usage"},
-		{[]string{"steal", "x"}, `unknown command "steal"`},
-		{[]string{"grant", "--holder", "a", "--lease", "30"}, "exactly one ticket NAME"},
-		{[]string{"grant", "x", "--lease", "30"}, "needs --holder"},
-		{[]string{"grant", "x", "--holder", "a"}, "--lease SECONDS in 1..=250, got 0"},
-		{[]string{"grant", "x", "--holder", "a", "--lease", "251"}, "got 251"},
-		{[]string{"grant", "x", "--holder", "a", "--lease", "30.5"}, "invalid value"},
-		{[]string{"renew", "x", "--holder", "a", "--lease", "30"}, "needs --token N"},
-		{[]string{"release", "x", "--holder", "a", "--token", "-1"}, "needs --token N"},
-		{[]string{"release", "x", "--holder", "a", "--token", "3", "--lease", "5"}, "release takes no --lease"},
-		{[]string{"get"}, "exactly one ticket NAME"},
-		{[]string{"status", "extra"}, "takes no arguments"},
-		{[]string{"cluster"}, "needs --admin-token-file"},
-		{[]string{"--addr", "ftp://x", "status"}, "--addr"},
-		{[]string{"--nope", "status"}, "flag provided but not defined"},
-	} {
-		r := ctl(t, env, c.args...)
-		if r.code != 2 || !strings.Contains(r.stderr, c.msg) {
-			t.Errorf("%q: exit %d stderr %q; want 2 with %q", c.args, r.code, r.stderr, c.msg)
-		}
-	}
-	if r := ctl(t, env, "--help"); r.code != 0 || !strings.Contains(r.out, "grant NAME --holder H --lease SECONDS") {
-		t.Fatalf("--help: %+v", r)
-	}
-}
-
-func TestUnreachableExit1(t *testing.T) {
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := ln.Addr().String()
-	ln.Close()
-	r := ctl(t, nil, "--addr", "http://"+addr, "--timeout", "2s", "status")
-	if r.code != 1 || !strings.Contains(r.stderr, "connection refused") {
-		t.Fatalf("%+v", r)
-	}
-}
-
-func must[T any](v T, err error) T {
-	if err != nil {
-		panic(err)
-	}
-	return v
 }

@@ -5,9 +5,10 @@
 // With no config it runs a single node with data in ./ticketd-data and the
 // API on 127.0.0.1:7980, trusting the host clock but watching it for
 // rollbacks and steps; with clock.agent_addr(s) it proves its clock through
-// TCKCLK/2 agents first (clock_check) and fails closed (SPEC §3). Every config key is also a flag (--clock.delta_ms
-// 500); secrets come only from files or the environment. Exit status: 0 ok,
-// 1 runtime failure, 2 bad usage or configuration.
+// TCKCLK/2 agents first (clock_check) and fails closed (SPEC §3). Every
+// config key is also a flag (--clock.delta_ms 500), numbers in plain
+// decimal; secrets come only from files or the environment. Exit status: 0
+// ok, 1 runtime failure, 2 bad usage or configuration.
 package main
 
 import (
@@ -22,6 +23,7 @@ import (
 	"syscall"
 
 	"github.com/tckclk/tckclk/internal/config"
+	"github.com/tckclk/tckclk/internal/version"
 	"github.com/tckclk/tckclk/node"
 	"github.com/tckclk/tckclk/node/ticket"
 )
@@ -35,24 +37,27 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ticketd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	configPath := fs.String("config", "", "ticketd.yaml (default: the embedded single-node defaults)")
-	dataDir := fs.String("data-dir", "", "data directory (cluster.raft.data_dir; default "+node.DefaultDataDir+")")
-	httpAddr := fs.String("http", "", "API address (api.addr; default "+node.DefaultAPIAddr+")")
-	printConfig := fs.Bool("print-config", false, "print the effective configuration (secrets redacted) and exit")
-	keys := bindKeyFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: ticketd [--config ticketd.yaml] [--data-dir D] [--http ADDR] [--print-config] [--KEY VALUE ...]\n\n")
-		fs.PrintDefaults()
-	}
+	fs.SetOutput(io.Discard) // errors and help are written below, once
+	configPath := fs.String("config", "", "ticketd.yaml")
+	dataDir := fs.String("data-dir", "", "data directory (cluster.raft.data_dir)")
+	httpAddr := fs.String("http", "", "API address (api.addr)")
+	printConfig := fs.Bool("print-config", false, "print the effective configuration and exit")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	keys := bindKeys(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			writeUsage(stderr, keys)
 			return 0
 		}
+		fmt.Fprintf(stderr, "ticketd: %s\n(ticketd --help for usage)\n", config.DescribeFlagError(err))
 		return 2
 	}
+	if *showVersion {
+		fmt.Fprintln(stdout, version.String("ticketd"))
+		return 0
+	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "ticketd: unexpected argument %q\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "ticketd: unexpected argument %q (every option is a flag; ticketd --help for usage)\n", fs.Arg(0))
 		return 2
 	}
 	cfg := node.DefaultConfig()
@@ -67,8 +72,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	if err := keys.apply(&cfg); err != nil {
-		fmt.Fprintf(stderr, "ticketd: flags: %v\n", err)
+	if err := keys.Apply(&cfg); err != nil {
+		fmt.Fprintf(stderr, "ticketd: %v\n", err)
 		return 2
 	}
 	if *dataDir != "" {
@@ -98,6 +103,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info("ticketd stopped")
 	return 0
+}
+
+// bindKeys makes every key of ticketd.yaml a flag (SPEC §6).
+func bindKeys(fs *flag.FlagSet) *config.KeyFlags {
+	return config.BindKeys(fs, node.DefaultConfig(), config.BindOptions{Help: keyHelp})
 }
 
 // exitCode maps Run's error to 2 (configuration: the config contradicts

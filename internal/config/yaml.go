@@ -180,14 +180,20 @@ func leaf(n *yaml.Node, v reflect.Value, path string) error {
 	if n.Kind != yaml.ScalarNode {
 		return &Error{Path: path, Msg: "want a single value, got " + describe(n)}
 	}
-	// yaml.v3 quietly turns 30.5 into an error but "30" (a string) into an
-	// int for some kinds; insist on the YAML type matching the Go kind.
+	// Integers follow the wire's number rule and durations Go's syntax,
+	// parsed here rather than by yaml.v3 (which reads 0500 as octal, 0x1f4
+	// as hex and 1_000 as 1000); the YAML type must match the Go kind.
 	switch v.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		if v.Type().String() != "time.Duration" && n.Tag != "!!int" {
-			return &Error{Path: path, Msg: "want an integer, got " + describe(n)}
+		if v.Type() == durationType {
+			if n.Tag != "!!str" && n.Tag != "!!int" {
+				return &Error{Path: path, Msg: "want a Go duration like 500ms, 2s or 1m30s, got " + describe(n)}
+			}
+		} else if n.Tag != "!!int" && n.Tag != "!!float" || n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 {
+			return &Error{Path: path, Msg: "want an integer in plain decimal (like 500), got " + describe(n)}
 		}
+		return setScalar(n, v, path)
 	case reflect.Bool:
 		if n.Tag != "!!bool" {
 			return &Error{Path: path, Msg: "want true or false, got " + describe(n)}
@@ -209,6 +215,19 @@ func leaf(n *yaml.Node, v reflect.Value, path string) error {
 	return nil
 }
 
+// setScalar sets a number or duration from the node's text with setText.
+func setScalar(n *yaml.Node, v reflect.Value, path string) error {
+	tmp := reflect.New(v.Type()).Elem()
+	if err := setText(tmp, n.Value); err != nil {
+		if ne, ok := err.(*numberError); ok && ne.notInt {
+			return &Error{Path: path, Msg: ne.msg + ", got " + describe(n)}
+		}
+		return &Error{Path: path, Msg: fmt.Sprintf("bad value %s: %v", describe(n), err)}
+	}
+	v.Set(tmp)
+	return nil
+}
+
 func stripLine(msg string) string {
 	if strings.HasPrefix(msg, "line ") {
 		if _, rest, ok := strings.Cut(msg, ": "); ok {
@@ -225,8 +244,7 @@ func describe(n *yaml.Node) string {
 	case yaml.SequenceNode:
 		return fmt.Sprintf("a list (line %d)", n.Line)
 	}
-	tag := strings.TrimPrefix(n.Tag, "!!")
-	return fmt.Sprintf("%q (%s, line %d)", n.Value, tag, n.Line)
+	return fmt.Sprintf("%q (line %d)", n.Value, n.Line)
 }
 
 func join(path, key string) string {

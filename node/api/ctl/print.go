@@ -1,8 +1,8 @@
-package main
+package ctl
 
 import (
+	"encoding/json"
 	"fmt"
-	"github.com/tckclk/tckclk/node/api/wire"
 	"io"
 	"strconv"
 	"strings"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tckclk/tckclk/node/api/client"
+	"github.com/tckclk/tckclk/node/api/wire"
 )
 
 type printer struct {
@@ -33,9 +34,22 @@ func (p printer) wall(ms uint64) string {
 	return t.Format("2006-01-02T15:04:05.000Z") + " (" + rel + ")"
 }
 
+// LeaseJSON is what grant and renew print with --json: the server's answer
+// plus the local deadline, the value to trust (SPEC §4).
+type LeaseJSON struct {
+	wire.Grant
+	// LocalDeadlineInMs is how long from now (when ticketctl printed) the
+	// ticket may be trusted: send time + remaining × (1 − 500 ppm) − now.
+	LocalDeadlineInMs int64 `json:"local_deadline_in_ms"`
+	// LocalDeadlineUnixMs is the same instant on this host's wall clock,
+	// for logs; a script should count LocalDeadlineInMs instead.
+	LocalDeadlineUnixMs int64 `json:"local_deadline_unix_ms"`
+}
+
 func (p printer) lease(l *client.Lease) {
+	left := l.Deadline.Sub(p.now())
 	if p.json {
-		printJSON(p.out, l.Grant)
+		printJSON(p.out, LeaseJSON{Grant: l.Grant, LocalDeadlineInMs: left.Milliseconds(), LocalDeadlineUnixMs: l.Deadline.UnixMilli()})
 		return
 	}
 	w := p.table()
@@ -44,8 +58,7 @@ func (p printer) lease(l *client.Lease) {
 	fmt.Fprintf(w, "token\t%d\n", l.Token)
 	fmt.Fprintf(w, "lease\t%ds\n", l.LeaseS)
 	fmt.Fprintf(w, "valid before\t%s  conservative, leader's clock\n", p.wall(l.ConservativeValidBeforeUnixMs))
-	left := l.Deadline.Sub(p.now()).Round(time.Millisecond)
-	fmt.Fprintf(w, "local deadline\tin %s  send time + %d ms × (1 − 500 ppm): trust the token until then\n", left, l.RemainingMs)
+	fmt.Fprintf(w, "local deadline\tin %s  send time + %d ms × (1 − 500 ppm): trust the token until then\n", left.Round(time.Millisecond), l.RemainingMs)
 	w.Flush()
 }
 
@@ -97,26 +110,30 @@ func (p printer) status(s *wire.Status) {
 	row("tickets", strconv.Itoa(s.TicketsActive))
 	row("raft", fmt.Sprintf("term %d, last index %d, commit %d, applied %d, snapshot %d",
 		s.Raft.Term, s.Raft.LastIndex, s.Raft.CommitIndex, s.Raft.AppliedIndex, s.Raft.LastSnapshotIndex))
-	clock := s.Clock.Source + ", stage " + s.Clock.Stage
-	if s.Clock.Healthy {
-		clock += ", healthy"
-	} else {
-		clock += ", UNHEALTHY"
-	}
-	if s.Clock.BoundMs > 0 {
-		clock += fmt.Sprintf(", bound %d ms", s.Clock.BoundMs)
-	}
-	if s.Clock.LastSampleUnixMs > 0 {
-		clock += ", last sample " + p.wall(s.Clock.LastSampleUnixMs)
-	}
-	if s.Clock.DevReference {
-		clock += ", DEVELOPMENT REFERENCE"
-	}
-	row("clock", clock+reasonSuffix(s.Clock.Reason))
+	row("clock", p.clock(s.Clock))
 	if s.HoldOffUntilUnixMs > 0 {
 		row("hold-off", "Grant and Expire refused until "+p.wall(s.HoldOffUntilUnixMs))
 	}
 	w.Flush()
+}
+
+func (p printer) clock(c wire.ClockStatus) string {
+	clock := c.Source + ", stage " + c.Stage
+	if c.Healthy {
+		clock += ", healthy"
+	} else {
+		clock += ", UNHEALTHY"
+	}
+	if c.BoundMs > 0 {
+		clock += fmt.Sprintf(", bound %d ms", c.BoundMs)
+	}
+	if c.LastSampleUnixMs > 0 {
+		clock += ", last sample " + p.wall(c.LastSampleUnixMs)
+	}
+	if c.DevReference {
+		clock += ", DEVELOPMENT REFERENCE"
+	}
+	return clock + reasonSuffix(c.Reason)
 }
 
 // showHolder prints a holder for a table: as is, or quoted when it holds a
@@ -151,4 +168,10 @@ func (p printer) members(m *wire.Members) {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", x.ID, x.Address, x.Suffrage, leader)
 	}
 	w.Flush()
+}
+
+func printJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
 }

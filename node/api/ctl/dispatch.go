@@ -1,0 +1,167 @@
+package ctl
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"slices"
+
+	"github.com/tckclk/tckclk/node/api/client"
+	"github.com/tckclk/tckclk/node/api/wire"
+)
+
+// takes lists the flags of each command beyond the globals.
+var takes = map[string][]string{
+	"grant":   {"holder", "lease"},
+	"renew":   {"holder", "lease", "token"},
+	"release": {"holder", "token"},
+	"list":    {"prefix", "limit"},
+	"get":     nil,
+	"status":  nil,
+	"cluster": nil,
+}
+
+// args is a parsed command line of one command.
+type args struct {
+	name, holder, prefix string
+	lease, limit         int
+	token                uint64
+}
+
+// parseCmd parses flags anywhere among the positional arguments.
+func parseCmd(fs *flag.FlagSet, argv []string) ([]string, error) {
+	fs.SetOutput(io.Discard)
+	var pos []string
+	for {
+		if err := fs.Parse(argv); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, usagef("%s", describeFlagError(err))
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		argv = fs.Args()[1:]
+	}
+}
+
+// parseArgs checks one command's flags and arguments.
+func parseArgs(g *globals, cmd string, argv []string, env Env) (args, error) {
+	want, known := takes[cmd]
+	switch {
+	case cmd == "help":
+		return args{}, flag.ErrHelp
+	case !known:
+		return args{}, usagef("unknown command %q", cmd)
+	}
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	g.bind(fs)
+	var a args
+	if v, ok := env.Getenv(envHolder); ok {
+		a.holder = v
+	}
+	fs.StringVar(&a.holder, "holder", a.holder, "holder")
+	lease := &decimal{max: 1<<31 - 1, what: "whole seconds in plain decimal, 1..=250"}
+	fs.Var(lease, "lease", "lease in seconds, 1..=250")
+	tokenS := fs.String("token", "", "fencing token")
+	fs.StringVar(&a.prefix, "prefix", "", "name prefix")
+	limit := &decimal{max: 1<<31 - 1, what: "a count in plain decimal"}
+	fs.Var(limit, "limit", "list at most N")
+	pos, err := parseCmd(fs, argv)
+	if err != nil {
+		return a, err
+	}
+	var stray error
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "holder", "lease", "token", "prefix", "limit":
+			if !slices.Contains(want, f.Name) {
+				stray = usagef("%s takes no --%s", cmd, f.Name)
+			}
+		}
+	})
+	if stray != nil {
+		return a, stray
+	}
+	needName := cmd == "grant" || cmd == "renew" || cmd == "release" || cmd == "get"
+	switch {
+	case needName && len(pos) != 1:
+		return a, usagef("needs exactly one ticket NAME, got %d arguments", len(pos))
+	case !needName && len(pos) != 0:
+		return a, usagef("takes no arguments, got %q", pos)
+	case needName:
+		a.name = pos[0]
+	}
+	if slices.Contains(want, "holder") && a.holder == "" {
+		return a, usagef("needs --holder H (or %s)", envHolder)
+	}
+	a.lease, a.limit = int(lease.v), int(limit.v)
+	if slices.Contains(want, "lease") && (a.lease < 1 || a.lease > maxLeaseS) {
+		return a, usagef("needs --lease SECONDS in 1..=%d, got %d", maxLeaseS, a.lease)
+	}
+	if slices.Contains(want, "token") {
+		tok := &decimal{max: 1<<64 - 1}
+		if tok.Set(*tokenS) != nil || tok.v == 0 {
+			return a, usagef("needs --token N (a positive integer in plain decimal), got %q", *tokenS)
+		}
+		a.token = tok.v
+	}
+	return a, nil
+}
+
+// dispatch runs one command and prints its answer.
+func dispatch(ctx context.Context, g *globals, cmd string, argv []string, env Env) error {
+	a, err := parseArgs(g, cmd, argv, env)
+	if err != nil {
+		return err
+	}
+	c, tr, err := g.client(env, cmd == "cluster")
+	if err != nil {
+		return err
+	}
+	defer tr.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	p := printer{out: env.Stdout, json: g.json, now: env.Now}
+	switch cmd {
+	case "grant", "renew":
+		var l *client.Lease
+		if cmd == "grant" {
+			l, err = c.Grant(ctx, a.name, a.holder, a.lease)
+		} else {
+			l, err = c.Renew(ctx, a.name, a.holder, a.token, a.lease)
+		}
+		if err == nil {
+			p.lease(l)
+		}
+	case "release":
+		var r *wire.Released
+		if r, err = c.Release(ctx, a.name, a.holder, a.token); err == nil {
+			p.released(r)
+		}
+	case "get":
+		var t *wire.Ticket
+		if t, err = c.Get(ctx, a.name); err == nil {
+			p.tickets([]wire.Ticket{*t}, false, t)
+		}
+	case "list":
+		var l *wire.TicketList
+		if l, err = c.List(ctx, a.prefix, a.limit); err == nil {
+			p.tickets(l.Tickets, l.Truncated, l)
+		}
+	case "status":
+		var s *wire.Status
+		if s, err = c.Status(ctx); err == nil {
+			p.status(s)
+		}
+	case "cluster":
+		var m *wire.Members
+		if m, err = c.Members(ctx); err == nil {
+			p.members(m)
+		}
+	}
+	return err
+}
