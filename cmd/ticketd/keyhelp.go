@@ -31,6 +31,7 @@ var keyHelp = map[string]string{
 	"api.addr":                            "the API's HOST:PORT (--http)",
 	"api.token_file":                      "file holding the client bearer token (unset: no token)",
 	"api.admin_token_file":                "file holding the admin bearer token (unset: admin API off)",
+	"api.max_conns":                       "concurrent API connections at most (more wait in the listen backlog)",
 	"api.tls.enabled":                     "serve the API over TLS",
 	"api.tls.cert_file":                   "API certificate (PEM)",
 	"api.tls.key_file":                    "API key (PEM)",
