@@ -129,7 +129,9 @@ func TestDriftMsMatchesBigInt(t *testing.T) {
 	edge := []tc{{0, 0}, {1, 999_999_999_999}, {1, 1_000_000_000_000}, {1, 1_000_000_000_001},
 		{1_000_000 << 32, 1_000_000 << 32}, // product = 10^12 × 2^64: the quotient is 2^64
 		{1_000_000 << 32, 1_000_000<<32 - 1},
-		{math.MaxUint64, math.MaxUint64}, {100000, math.MaxUint64}}
+		{math.MaxUint64, math.MaxUint64}, {100000, math.MaxUint64},
+		{1_000_000_000_001, 18446744073691104871}, // ⌊product/10^12⌋ = 2^64−1 with a remainder: the ceiling is 2^64
+	}
 	rng := rand.New(rand.NewPCG(5, 8))
 	for range 20000 {
 		edge = append(edge, tc{rng.Uint64() >> rng.IntN(64), rng.Uint64() >> rng.IntN(64)})
@@ -201,5 +203,68 @@ func TestLineReaderLFAtZero(t *testing.T) {
 	}
 	if err := lr.ExpectEOF(); !hasReason(err, ReasonFormat) {
 		t.Fatalf("ExpectEOF after trailing bytes: %v, want format", err)
+	}
+}
+
+// SPEC §1.1: no CR anywhere, the first byte included.
+func TestLineReaderCRFirst(t *testing.T) {
+	if _, err := NewLineReader(strings.NewReader("\rabc\n")).ReadLine(); !hasReason(err, ReasonFormat) {
+		t.Fatalf("CR at index 0: %v, want format", err)
+	}
+}
+
+// SPEC §1.5 (field count): a line that ends inside a number, long enough
+// for the fast path to read it, is format (no read past the end).
+func TestLineEndingInANumber(t *testing.T) {
+	for _, tail := range []string{" 1 1 1 ", " 1 1 ", " 1 ", " "} {
+		prefix := "TCKCLK 2 AAECAwQFBgcICQoLDA0ODw" + tail
+		for n := 1; len(prefix)+n <= MaxLine; n += 7 {
+			line := prefix + strings.Repeat("7", n)
+			if _, err := ParseResponse([]byte(line), testNonce); !hasReason(err, ReasonFormat) {
+				t.Fatalf("%q: %v, want format", line, err)
+			}
+		}
+	}
+}
+
+// SPEC §1.2 (strict base64url): decodeB64 agrees with the standard
+// library's strict decoder for every length, not only the nonce's and the
+// MAC's, so its 8- and 4-character steps hand over at every position.
+func TestDecodeB64EveryLength(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	for size := 1; size <= 64; size++ {
+		chars := (size*8 + 5) / 6
+		for range 50 {
+			raw := make([]byte, size)
+			for i := range raw {
+				raw[i] = byte(rng.Uint32())
+			}
+			src := []byte(b64.EncodeToString(raw))
+			if len(src) != chars {
+				t.Fatalf("size %d: %d chars", size, len(src))
+			}
+			dst := make([]byte, size)
+			if !decodeB64(dst, src, chars) || string(dst) != string(raw) {
+				t.Fatalf("size %d: %q decoded to %x, want %x", size, src, dst, raw)
+			}
+			src[rng.IntN(chars)] = '='
+			if decodeB64(dst, src, chars) {
+				t.Fatalf("size %d: %q accepted", size, src)
+			}
+		}
+	}
+}
+
+// SPEC §1.5 (bytes): 0x21–0x7E are allowed bytes, '~' (0x7E) and '!'
+// (0x21) included, so a line whose only fault is a version of "~" or "!"
+// fails on the version, not on its bytes.
+func TestTildeAndBangArePrintable(t *testing.T) {
+	for _, v := range []string{"~", "!"} {
+		if _, err := ParseRequest([]byte("TCKCLK " + v + " AAECAwQFBgcICQoLDA0ODw")); !hasReason(err, ReasonVersion) {
+			t.Fatalf("request with version %q: %v, want version", v, err)
+		}
+		if _, err := ParseResponse([]byte(strings.Replace(goodLine, " 2 ", " "+v+" ", 1)), testNonce); !hasReason(err, ReasonVersion) {
+			t.Fatalf("response with version %q: %v, want version", v, err)
+		}
 	}
 }
