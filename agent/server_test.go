@@ -59,15 +59,31 @@ func TestDevReferenceEndToEnd(t *testing.T) {
 	}
 }
 
-// SPEC §2.1: a synced sample never has uncertainty 0; §2.2 ready fast.
+// SPEC §2.1: a synced sample never has uncertainty 0 (every answer of a
+// run of exchanges is synced with uncertainty_ms ≥ 1, and /v1/status says
+// the same); §2.2: a --dev agent is ready (/readyz 200) within a second of
+// being started.
 func TestDevReadyWithinASecond(t *testing.T) {
 	start := time.Now()
 	r := startAgent(t, devConfig(t), Options{})
-	waitFor(t, "readyz 200", 2*time.Second, func() bool {
-		code, _ := httpGet(t, "http://"+r.HTTPAddr().String()+"/readyz")
+	url := "http://" + r.HTTPAddr().String() + "/readyz"
+	waitFor(t, "readyz 200 within 1 s of the start", time.Second-time.Since(start), func() bool {
+		code, _ := httpGet(t, url)
 		return code == 200
 	})
 	t.Logf("dev agent ready in %v", time.Since(start))
+	for i := range 20 {
+		resp, err := exchange(r.Addr().String(), devKeys(), 2*time.Second)
+		if err != nil {
+			t.Fatalf("exchange %d: %v", i, err)
+		}
+		if !resp.Synced || resp.UncertaintyMs < 1 {
+			t.Fatalf("exchange %d: synced=%v uncertainty_ms=%d; a ready dev agent answers synced with uncertainty ≥ 1", i, resp.Synced, resp.UncertaintyMs)
+		}
+	}
+	if st := getStatus(t, r); !st.Synced || st.UncertaintyMs < 1 {
+		t.Fatalf("/v1/status synced=%v uncertainty_ms=%d", st.Synced, st.UncertaintyMs)
+	}
 }
 
 // SPEC §2.1: requests are answered only when well-formed; every
@@ -277,18 +293,26 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 }
 
 // SPEC §1.4 / §2.3: SIGHUP reloads the secret without dropping requests in
-// flight; a bad secret file keeps the previous secret.
+// flight; a bad secret file keeps the previous secret. Exchanges run during
+// every one of the 20 reloads (each reload waits until at least two more
+// have completed since the previous one), a connection opened before each
+// reload and finished after it is answered, every answer verifies under one
+// of the two secrets, and right after each reload an answer verifies under
+// the new secret alone.
 func TestSecretReloadUnderLoad(t *testing.T) {
 	cfg := devConfig(t)
 	r := startAgent(t, cfg, Options{})
 	addr := r.Addr().String()
 	next := []byte("the-next-secret-for-rotation-0123456789abcdef")
+	keyOf := func(secret []byte) protocol.KeyRing {
+		return protocol.KeyRing{protocol.NewKey(protocol.DevKey(secret))}
+	}
 	both := protocol.KeyRing{protocol.NewKey(protocol.DevKey(testSecret)), protocol.NewKey(protocol.DevKey(next))}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var fails []error
-	n := 0
+	done := 0 // successful exchanges
 	for range 4 {
 		wg.Add(1)
 		go func() {
@@ -301,32 +325,70 @@ func TestSecretReloadUnderLoad(t *testing.T) {
 				}
 				_, err := exchange(addr, both, 2*time.Second)
 				mu.Lock()
-				n++
 				if err != nil {
 					fails = append(fails, err)
+				} else {
+					done++
 				}
 				mu.Unlock()
 			}
 		}()
 	}
+	completed := func() int { mu.Lock(); defer mu.Unlock(); return done }
+	inFlight := 0
 	for i := range 20 {
-		b := testSecret
+		secret := testSecret
 		if i%2 == 0 {
-			b = next
+			secret = next
 		}
-		if err := os.WriteFile(cfg.SecretFile, b, 0o600); err != nil {
+		// A request in flight across the reload: connected and half sent
+		// before it, the rest after.
+		n, err := protocol.NewNonce()
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := protocol.EncodeRequest(protocol.Request{Nonce: n})
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write(req[:12]); err != nil {
+			t.Fatal(err)
+		}
+		before := completed()
+		if err := os.WriteFile(cfg.SecretFile, secret, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if err := r.ReloadSecret(); err != nil {
 			t.Fatalf("reload %d: %v", i, err)
 		}
+		if _, err := c.Write(req[12:]); err != nil {
+			t.Fatalf("reload %d: finishing the in-flight request: %v", i, err)
+		}
+		line, err := protocol.NewLineReader(c).ReadLine()
+		c.Close()
+		if err != nil {
+			t.Fatalf("reload %d dropped the request in flight: %v", i, err)
+		}
+		if _, err := protocol.ParseVerify(line, n, both); err != nil {
+			t.Fatalf("reload %d: in-flight answer: %v", i, err)
+		}
+		inFlight++
+		if _, err := exchange(addr, keyOf(secret), 2*time.Second); err != nil {
+			t.Fatalf("reload %d: an answer after the reload does not verify under the new secret: %v", i, err)
+		}
+		waitFor(t, "two exchanges after the reload", 5*time.Second, func() bool { return completed() >= before+2 })
 	}
 	close(stop)
 	wg.Wait()
 	if len(fails) > 0 {
-		t.Fatalf("%d of %d exchanges failed during reloads: %v", len(fails), n, fails[0])
+		t.Fatalf("%d exchanges failed during reloads (%d succeeded): %v", len(fails), done, fails[0])
 	}
-	t.Logf("%d exchanges during 20 reloads, none failed", n)
+	if done < 40 || inFlight != 20 {
+		t.Fatalf("%d exchanges and %d in-flight answers during 20 reloads; want ≥ 40 and 20", done, inFlight)
+	}
+	t.Logf("%d exchanges and %d in-flight requests across 20 reloads, none failed", done, inFlight)
 	// Ends on testSecret (i=19 odd). A bad file: error, old key stays.
 	if err := os.Chmod(cfg.SecretFile, 0o644); err != nil {
 		t.Fatal(err)

@@ -49,11 +49,14 @@ func FuzzParseRequest(f *testing.F) {
 
 // FuzzParseResponse: never panics; exactly one reason in SPEC §1.5 order,
 // identical to the naive parser's; accepted responses re-encode exactly and
-// carry the same values; the MAC check comes only after the nonce check.
+// carry the same values; the MAC check comes only after the nonce check,
+// and CheckResponse accepts a parsed line iff the naive HMAC of SPEC §1.3
+// (naiveMAC, crypto/hmac over the 50 bytes built by hand) verifies it.
 func FuzzParseResponse(f *testing.F) {
 	f.Add([]byte("TCKCLK 2 AAECAwQFBgcICQoLDA0ODw 1767225600123 3 1 812 rVusL1GxDVk7IWEilpKLF9xYXWkm7-_TF8g-w3xLszk"))
 	f.Add([]byte("TCKCLK 2 AAECAwQFBgcICQoLDA0ODw 18446744073709551615 0 0 0 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"))
-	key := protocol.NewKey([]byte("tckclk-test-vector-secret-0123456789abcdef"))
+	secret := []byte("tckclk-test-vector-secret-0123456789abcdef")
+	key := protocol.NewKey(secret)
 	f.Fuzz(func(t *testing.T, line []byte) {
 		resp, err := protocol.ParseResponse(line, fuzzNonce)
 		got := reasonOf(t, err)
@@ -73,6 +76,9 @@ func FuzzParseResponse(f *testing.F) {
 		}
 		if full != "" && full != protocol.ReasonMAC {
 			t.Fatalf("%q: parsed but CheckResponse says %q", line, full)
+		}
+		if macOK := naiveMACValid(secret, naive.resp); macOK != (full == "") {
+			t.Fatalf("%q: CheckResponse says %q, the naive HMAC says valid=%v", line, full, macOK)
 		}
 		if enc := protocol.EncodeResponse(&resp); !bytes.Equal(enc, append(append([]byte(nil), line...), '\n')) {
 			t.Fatalf("round trip: %q -> %q", line, enc)

@@ -5,14 +5,19 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tckclk/tckclk/node"
+	"github.com/tckclk/tckclk/node/api"
+	"github.com/tckclk/tckclk/node/api/client"
 	"go.uber.org/goleak"
 )
 
@@ -62,7 +67,9 @@ func TestUsage(t *testing.T) {
 	}
 }
 
-// The fill mode grants exactly N distinct tickets.
+// The fill mode grants exactly N distinct tickets: the server's own list
+// (not the tool's count) holds fill-00000000 … fill-00000299, each held by
+// "filler" with lease 250 and a distinct token.
 func TestFill(t *testing.T) {
 	url := startTicketd(t)
 	var out, errb bytes.Buffer
@@ -73,6 +80,55 @@ func TestFill(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil || r.Granted != 300 || r.Errors != 0 {
 		t.Fatalf("%s %v", out.String(), err)
 	}
+	l := listTickets(t, url, "")
+	if len(l.Tickets) != 300 || l.Truncated {
+		t.Fatalf("the server holds %d tickets (truncated %v), want the 300 the tool reports", len(l.Tickets), l.Truncated)
+	}
+	tokens := map[uint64]bool{}
+	for i, tk := range l.Tickets { // sorted by name
+		if want := fmt.Sprintf("fill-%08d", i); tk.Name != want || tk.Holder != "filler" || tk.LeaseS != 250 || tokens[tk.Token] {
+			t.Fatalf("ticket %d is %+v; want %s held by filler, lease 250, a token of its own", i, tk, want)
+		}
+		tokens[tk.Token] = true
+	}
+}
+
+// listTickets asks the server itself what it holds.
+func listTickets(t *testing.T, url, prefix string) *api.TicketList {
+	t.Helper()
+	c, err := client.New(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.List(context.Background(), prefix, api.MaxListLimit)
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	return l
+}
+
+// serverCount reads one sample of the server's /metrics.
+func serverCount(t *testing.T, url, series string) float64 {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	return 0
 }
 
 // The compare mode against a real single-member etcd (Debian's
@@ -110,5 +166,26 @@ func TestCompareWithEtcd(t *testing.T) {
 	}
 	if sum["etcd_cycles_per_s"].(float64) <= 0 || sum["ticketd_cycles_per_s"].(float64) <= 0 || sum["throughput_ratio"] == nil || sum["errors"].(float64) != 0 {
 		t.Fatalf("summary %v", sum)
+	}
+	// The server's side: it granted and released at least the cycles the
+	// tool measured (warm-up cycles come on top), as many releases as
+	// grants (no cycle is cut off mid-way), and holds no bench ticket.
+	measured := 0.0
+	for _, l := range lines[:len(lines)-1] {
+		var r struct {
+			Target string
+			Cycles float64
+		}
+		if err := json.Unmarshal([]byte(l), &r); err == nil && r.Target == "ticketd" {
+			measured += r.Cycles
+		}
+	}
+	grants := serverCount(t, url, `ticket_ops_total{op="grant",result="ok"}`)
+	releases := serverCount(t, url, `ticket_ops_total{op="release",result="ok"}`)
+	if measured < 1 || grants < measured || releases != grants {
+		t.Fatalf("the tool measured %v ticketd cycles; the server counts %v grants and %v releases", measured, grants, releases)
+	}
+	if l := listTickets(t, url, "bench-"); len(l.Tickets) != 0 {
+		t.Fatalf("the server still holds %d bench tickets after the run, e.g. %+v", len(l.Tickets), l.Tickets[0])
 	}
 }

@@ -241,41 +241,118 @@ func TestIndexMustIncrease(t *testing.T) {
 	}
 }
 
-// The leader's expiry loop sees exactly the tickets whose expiry ≤ now.
+// SPEC §4-4: the leader's expiry loop sees exactly the tickets whose
+// expiry ≤ now, after releases and after renews that move an expiry later
+// (out of the due set) or earlier (a shorter lease: into it); the heap
+// follows every change.
 func TestDue(t *testing.T) {
 	h := newHarness(t)
+	const cut = t0 + 20000
 	want := map[string]bool{}
 	for i := range 200 {
 		name := string(rune('a'+i%26)) + string(rune('a'+i/26))
 		r := h.grant(name, "h", uint8(1+i%50), t0+uint64(i*37%1000))
-		if r.Ticket.ExpiryMs <= t0+20000 {
+		if r.Ticket.ExpiryMs <= cut {
 			want[name] = true
 		}
 	}
-	// Release a few due ones and renew others: the heap must follow.
-	for name := range want {
+	released, later, earlier := 0, 0, 0
+	for i := range 200 {
+		name := string(rune('a'+i%26)) + string(rune('a'+i/26))
 		cur, _ := h.f.Get(name)
-		if cur.Token%3 == 0 {
-			h.release(name, "h", cur.Token, t0)
+		switch {
+		case cur.Token%3 == 0: // release
+			wantCode(t, "release "+name, h.release(name, "h", cur.Token, t0), CodeOK)
 			delete(want, name)
+			released++
+		case cur.Token%3 == 1 && want[name]: // renew a due one past the cut
+			r := h.renew(name, "h", cur.Token, 50, t0+1000)
+			wantCode(t, "renew later "+name, r, CodeOK)
+			if r.Ticket.ExpiryMs <= cut {
+				t.Fatalf("renewed %s still due at %d", name, r.Ticket.ExpiryMs)
+			}
+			delete(want, name)
+			later++
+		case cur.Token%3 == 1 && !want[name]: // renew a later one with a short lease: now due
+			r := h.renew(name, "h", cur.Token, 1, t0+1000)
+			wantCode(t, "renew earlier "+name, r, CodeOK)
+			if r.Ticket.ExpiryMs > cut {
+				t.Fatalf("shortened %s not due: %d", name, r.Ticket.ExpiryMs)
+			}
+			want[name] = true
+			earlier++
 		}
 	}
-	due := h.f.Due(t0+20000, 1000)
+	if released == 0 || later == 0 || earlier == 0 {
+		t.Fatalf("the test exercised %d releases, %d renews later, %d renews earlier; want each", released, later, earlier)
+	}
+	due := h.f.Due(cut, 1000)
 	got := map[string]bool{}
 	for _, d := range due {
 		cur, ok := h.f.Get(d.Name)
-		if !ok || cur.Token != d.Token || cur.ExpiryMs > t0+20000 {
+		if !ok || cur.Token != d.Token || cur.ExpiryMs > cut {
 			t.Fatalf("due %+v but state %+v %v", d, cur, ok)
 		}
 		got[d.Name] = true
 	}
-	if len(got) != len(want) {
-		t.Fatalf("due %d tickets, want %d", len(got), len(want))
+	for name := range want {
+		if !got[name] {
+			t.Errorf("%s is due but Due left it out", name)
+		}
 	}
-	if len(h.f.Due(t0+20000, 3)) != min(3, len(want)) {
+	if len(got) != len(want) || len(due) != len(got) {
+		t.Fatalf("due %d tickets (%d distinct), want %d", len(due), len(got), len(want))
+	}
+	if len(h.f.Due(cut, 3)) != min(3, len(want)) {
 		t.Fatal("max not honoured")
 	}
-	if next, ok := h.f.NextExpiry(); !ok || next < t0 {
-		t.Fatalf("NextExpiry %d %v", next, ok)
+	least := uint64(1<<64 - 1)
+	for _, tk := range mustList(t, h.f) {
+		least = min(least, tk.ExpiryMs)
+	}
+	if next, ok := h.f.NextExpiry(); !ok || next != least {
+		t.Fatalf("NextExpiry %d %v, least expiry %d", next, ok, least)
+	}
+}
+
+func mustList(t *testing.T, f *FSM) []Ticket {
+	t.Helper()
+	l, more := f.List("", 0)
+	if more {
+		t.Fatal("List without a limit says more")
+	}
+	return l
+}
+
+// SPEC §4-4: the leader proposes Expire when its wall ms (rounded down) ≥
+// the expiry, so Due includes a ticket whose expiry equals now exactly, and
+// not one ms before.
+func TestDueBoundary(t *testing.T) {
+	h := newHarness(t)
+	g := h.grant("job", "alice", 1, t0)
+	exp := g.Ticket.ExpiryMs
+	if d := h.f.Due(exp-1, 10); len(d) != 0 {
+		t.Fatalf("Due(expiry-1) = %+v, want none", d)
+	}
+	if d := h.f.Due(exp, 10); len(d) != 1 || d[0] != (Due{Name: "job", Token: g.Ticket.Token}) {
+		t.Fatalf("Due(expiry) = %+v, want the ticket", d)
+	}
+	if d := h.f.Due(exp, 0); len(d) != 0 {
+		t.Fatalf("Due(expiry, max 0) = %+v, want none", d)
+	}
+}
+
+// SPEC §4-9: Δ is written once at bootstrap; a repeated Init with the same
+// Δ (a re-bootstrap entry, a recovery's Init) changes nothing and is not
+// fatal.
+func TestInitSameDeltaAgain(t *testing.T) {
+	h := newHarness(t)
+	g := h.grant("job", "alice", 30, t0)
+	wantCode(t, "second init", h.apply(&Entry{Op: OpInit, DeltaMs: testDelta}), CodeOK)
+	if h.f.Delta() != testDelta || h.f.Fatal() != nil {
+		t.Fatalf("Δ %d, fatal %v", h.f.Delta(), h.f.Fatal())
+	}
+	if cur, _ := h.f.Get("job"); cur != g.Ticket {
+		t.Fatalf("second init changed the ticket: %+v", cur)
 	}
 }

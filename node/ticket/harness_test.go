@@ -12,18 +12,25 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const testDelta = 500
 
+// failer is what the harness needs from a test: *testing.T or *rapid.T,
+// so a failure inside a rapid property is rapid's (and gets shrunk).
+type failer interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
 // harness proposes entries the way a leader does: it computes the absolute
 // expiry once from the proposer's now and Δ, encodes, and applies at the
 // next Raft index (gap simulates barrier/config entries in between).
 type harness struct {
-	t     testing.TB
+	t     failer
 	f     *FSM
 	delta uint64
 	idx   uint64
 	gap   uint64
 }
 
-func newHarness(t testing.TB) *harness {
+func newHarness(t failer) *harness {
 	h := &harness{t: t, f: New(testDelta), delta: testDelta, gap: 1}
 	if r := h.apply(&Entry{Op: OpInit, DeltaMs: testDelta}); r.Code != CodeOK {
 		t.Fatalf("init: %v %v", r.Code, r.Err)

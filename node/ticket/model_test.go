@@ -65,13 +65,17 @@ func now(e Entry) uint64 { return e.NowMs }
 
 // SPEC §4 as a property: the FSM agrees with the naive model on every
 // answer and every state; at most one holder per name at any entry time;
-// tokens strictly increase; no expiry ever moves later except by the
-// holder's own successful Renew; snapshot+restore changes nothing and never
-// adds Δ again. Proposers' clocks disagree by up to Δ (now jitters back and
-// forth), as leaders' clocks may.
+// every new token is above every token ever issued (not only the ones held
+// now); no expiry ever moves later except by the holder's own successful
+// Renew; a holder that did not release loses its ticket only to an entry
+// (takeover Grant or Expire) whose now ≥ its conservative valid-before + Δ,
+// the client-side rule that keeps two clients from both believing they
+// hold it; snapshot+restore changes nothing and never adds Δ again.
+// Proposers' clocks disagree by up to Δ (now jitters back and forth), as
+// leaders' clocks may.
 func TestFSMModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		h := newHarness(t)
+		h := newHarness(rt)
 		m := &naive{delta: testDelta, tickets: map[string]Ticket{}}
 		clock := uint64(t0)
 		names := []string{"a", "b", "c"}
@@ -96,11 +100,24 @@ func TestFSMModel(t *testing.T) {
 		}
 		run := func(rt *rapid.T, e Entry) {
 			before := maps.Clone(m.tickets)
+			issued := m.issued
 			h.gap = rapid.Uint64Range(1, 3).Draw(rt, "gap")
 			r := h.apply(&e)
 			want := m.step(h.idx, e)
 			if r.Code != want {
 				rt.Fatalf("%s %+v: FSM %v, model %v", e.Op, e, r.Code, want)
+			}
+			// SPEC §4-6: the fencing token is strictly increasing globally,
+			// above every token ever issued, released or expired ones too.
+			if e.Op == OpGrant && r.Code == CodeOK && r.Ticket.Token <= issued {
+				rt.Fatalf("token %d granted after token %d was issued", r.Ticket.Token, issued)
+			}
+			// SPEC §4 (client bound): a holder that did not release loses
+			// the ticket only at an entry now ≥ valid-before + Δ.
+			if old, ok := before[e.Name]; ok && r.Code == CodeOK && (e.Op == OpExpire || e.Op == OpGrant) {
+				if e.NowMs < old.ValidBeforeMs+testDelta {
+					rt.Fatalf("%s of %s at %d ends %s's lease before its valid-before %d + Δ", e.Op, e.Name, e.NowMs, old.Holder, old.ValidBeforeMs)
+				}
 			}
 			// Invariants, checked against the state before the step.
 			for name, old := range before {
@@ -170,8 +187,13 @@ func TestFSMModel(t *testing.T) {
 				if err := f2.Restore(bytes.NewReader(a.Bytes())); err != nil {
 					rt.Fatalf("restore: %v", err)
 				}
-				s2, _ := f2.Snapshot()
-				s2.WriteTo(&b)
+				s2, err := f2.Snapshot()
+				if err != nil {
+					rt.Fatalf("snapshot of the restored state: %v", err)
+				}
+				if _, err := s2.WriteTo(&b); err != nil {
+					rt.Fatalf("write: %v", err)
+				}
 				if !bytes.Equal(a.Bytes(), b.Bytes()) {
 					rt.Fatalf("snapshot of the restored state differs")
 				}
