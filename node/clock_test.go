@@ -59,6 +59,12 @@ func mustJSON(t *testing.T, raw string, v any) {
 	}
 }
 
+// markerRecorded: /v1/status says this run wrote its FAILED marker.
+func markerRecorded(t *testing.T, tn *testNode) bool {
+	st, err := tn.c.Status(bg)
+	return err == nil && st.Clock.FailedMarker == "written"
+}
+
 func markerExists(dir string) bool {
 	_, err := os.Stat(filepath.Join(dir, datadir.FailedFile))
 	return err == nil
@@ -84,7 +90,9 @@ func TestHostRollbackLatchesFailed(t *testing.T) {
 	}
 	clk.StepWall(-2 * time.Second)
 	wantClockFailed(t, tn, protocol.ReasonRollback)
-	waitFor(t, "the FAILED marker", 5*time.Second, func() bool { return markerExists(dir) })
+	// The run loop writes the marker on its own goroutine after the latch,
+	// then records that it did: wait for both.
+	waitFor(t, "the FAILED marker", 5*time.Second, func() bool { return markerExists(dir) && markerRecorded(t, tn) })
 
 	clk.StepWall(2 * time.Second) // the wall clock is right again
 	clk.Advance(time.Minute)
@@ -146,7 +154,9 @@ func TestRestartAfterFailedHoldsOff(t *testing.T) {
 	}
 	clk.StepWall(time.Second)
 	wantClockFailed(t, tn, protocol.ReasonStep)
-	waitFor(t, "the FAILED marker", 5*time.Second, func() bool { return markerExists(dir) })
+	// The run loop writes the marker on its own goroutine after the latch,
+	// then records that it did: wait for both.
+	waitFor(t, "the FAILED marker", 5*time.Second, func() bool { return markerExists(dir) && markerRecorded(t, tn) })
 	_ = tn.stop()
 
 	holdOff := 250*time.Second + 500*time.Millisecond
