@@ -348,14 +348,20 @@ func (m *Mesh) Dial(ctx context.Context, addr, wantID string, c Class) (*Stream,
 		ys, err := s.ys.OpenStream()
 		if err != nil {
 			// The session closed under us (the peer went away, or it lost
-			// a simultaneous-dial tie-break): try once more.
-			if attempt == 0 && ctx.Err() == nil {
+			// a simultaneous-dial tie-break, possibly while its
+			// replacement was losing one too): try again, a bounded
+			// number of times.
+			if attempt < 5 && ctx.Err() == nil {
+				s.ys.Close() // make sure sessionFor skips it now
 				continue
 			}
 			return nil, fmt.Errorf("mesh: opening a %s stream to %q: %w", c, s.peer, err)
 		}
 		if _, err := ys.Write([]byte{byte(c)}); err != nil {
 			ys.Close()
+			if attempt < 5 && ctx.Err() == nil && s.ys.IsClosed() {
+				continue // the session lost a tie-break under us
+			}
 			return nil, fmt.Errorf("mesh: opening a %s stream to %q: %w", c, s.peer, err)
 		}
 		return &Stream{Stream: ys, peer: s.peer, class: c}, nil
