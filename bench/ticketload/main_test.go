@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/tckclk/tckclk/node"
-	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/api/client"
+	"github.com/tckclk/tckclk/node/api/wire"
 	"go.uber.org/goleak"
 )
 
@@ -94,13 +94,13 @@ func TestFill(t *testing.T) {
 }
 
 // listTickets asks the server itself what it holds.
-func listTickets(t *testing.T, url, prefix string) *api.TicketList {
+func listTickets(t *testing.T, url, prefix string) *wire.TicketList {
 	t.Helper()
 	c, err := client.New(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := c.List(context.Background(), prefix, api.MaxListLimit)
+	l, err := c.List(context.Background(), prefix, 10000) // the server's MaxListLimit
 	if err != nil {
 		t.Fatalf("list: %v", err)
 	}
