@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -71,6 +72,7 @@ type Raft struct {
 	dbPath string
 	ownsTr bool
 	dir    *datadir.Dir
+	closed atomic.Bool // p.r stays set after Close: readers may still hold it (it answers ErrRaftShutdown)
 }
 
 // Open verifies and restores the newest snapshot, opens the log, bootstraps
@@ -221,7 +223,7 @@ func (p *Raft) BootstrapCluster(conf raft.Configuration) error {
 // stores.
 func (p *Raft) Close() error {
 	var errs []error
-	if p.r != nil {
+	if p.r != nil && p.closed.CompareAndSwap(false, true) {
 		if err := p.r.Shutdown().Error(); err != nil && !errors.Is(err, raft.ErrRaftShutdown) {
 			errs = append(errs, err)
 		}
@@ -232,7 +234,6 @@ func (p *Raft) Close() error {
 			}
 			errs = append(errs, writeHighWater(p.dir, p.store, snapIndex))
 		}
-		p.r = nil
 	}
 	if c, ok := p.trans.(io.Closer); ok && p.ownsTr {
 		errs = append(errs, c.Close())
