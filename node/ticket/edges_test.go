@@ -1,6 +1,7 @@
 package ticket
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -120,6 +121,43 @@ func TestEncodeLongestNameOrHolder(t *testing.T) {
 			if got, err := DecodeEntry(b); err != nil || got != e {
 				t.Fatalf("%s %d/%d: decoded %+v %v", e.Op, len(c.name), len(c.holder), got, err)
 			}
+		}
+	}
+}
+
+// AddSat is a+b, or false when it overflows: a zero addend and the exact
+// top are sums, one past the top is not.
+func TestAddSat(t *testing.T) {
+	for _, c := range []struct {
+		a, b, sum uint64
+		ok        bool
+	}{{5, 0, 5, true}, {0, 0, 0, true}, {math.MaxUint64, 0, math.MaxUint64, true},
+		{math.MaxUint64 - 1, 1, math.MaxUint64, true}, {math.MaxUint64, 1, 0, false}, {math.MaxUint64, math.MaxUint64, 0, false}} {
+		if s, ok := AddSat(c.a, c.b); s != c.sum || ok != c.ok {
+			t.Errorf("AddSat(%d, %d) = %d %v, want %d %v", c.a, c.b, s, ok, c.sum, c.ok)
+		}
+	}
+}
+
+// SPEC §4-8: snapshot restore validates Δ ∈ 2..=60000, both ends included.
+func TestSnapshotDeltaRange(t *testing.T) {
+	for _, d := range []uint64{2, 60000} {
+		f := New(d)
+		b, _ := EncodeEntry(&Entry{Op: OpInit, DeltaMs: d})
+		if r := f.Apply(1, b); r.Code != CodeOK {
+			t.Fatalf("init Δ %d: %v %v", d, r.Code, r.Err)
+		}
+		s, err := f.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if _, err := s.WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		f2 := New(d)
+		if err := f2.Restore(bytes.NewReader(buf.Bytes())); err != nil || f2.Delta() != d {
+			t.Fatalf("restore of a snapshot with Δ %d: %v (Δ %d)", d, err, f2.Delta())
 		}
 	}
 }
