@@ -76,8 +76,8 @@ func TestDecodeEntryCheckOrderAtMinimum(t *testing.T) {
 	if _, err := DecodeEntry(min); !errors.Is(err, ErrChecksum) {
 		t.Fatalf("minimum with a bad checksum: %v, want ErrChecksum", err)
 	}
-	if _, err := DecodeEntry(min[:len(min)-1]); !errors.Is(err, ErrFormat) {
-		t.Fatalf("one byte short of the minimum: %v, want ErrFormat", err)
+	if _, err := DecodeEntry(min[:len(min)-1]); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "13 bytes is shorter than the 14-byte minimum") {
+		t.Fatalf("one byte short of the minimum: %v, want ErrFormat saying 13 of 14 bytes", err)
 	}
 }
 
@@ -158,6 +158,46 @@ func TestSnapshotDeltaRange(t *testing.T) {
 		f2 := New(d)
 		if err := f2.Restore(bytes.NewReader(buf.Bytes())); err != nil || f2.Delta() != d {
 			t.Fatalf("restore of a snapshot with Δ %d: %v (Δ %d)", d, err, f2.Delta())
+		}
+	}
+}
+
+// SPEC §3.2, §4 (rounding): an entry's expiry is now + lease + Δ for any Δ
+// in 2..=60000, both ends included; one ms outside either end is refused.
+func TestEntryExpiryAtDeltaEnds(t *testing.T) {
+	for _, d := range []uint64{2, 60000} {
+		e := Entry{Op: OpGrant, NowMs: t0, RecvMs: t0, Name: "a", Holder: "h", LeaseS: 1, ExpiryMs: t0 + 1000 + d}
+		b, err := EncodeEntry(&e)
+		if err != nil {
+			t.Fatalf("expiry with Δ %d refused: %v", d, err)
+		}
+		if got, err := DecodeEntry(b); err != nil || got != e {
+			t.Fatalf("Δ %d: decoded %+v %v", d, got, err)
+		}
+	}
+	for _, exp := range []uint64{t0 + 1000 + 1, t0 + 1000 + 60001} {
+		if _, err := EncodeEntry(&Entry{Op: OpGrant, NowMs: t0, RecvMs: t0, Name: "a", Holder: "h", LeaseS: 1, ExpiryMs: exp}); err == nil {
+			t.Fatalf("expiry %d (Δ %d) accepted", exp, exp-t0-1000)
+		}
+	}
+}
+
+// SPEC §4-8: a snapshot's names are strictly increasing; two tickets of one
+// name are refused (restoring both would leave one in the map and two in
+// the expiry index).
+func TestSnapshotDuplicateNameRefused(t *testing.T) {
+	tk := Ticket{Name: "job", Holder: "h", Token: 3, LeaseS: 1, ValidBeforeMs: t0 + 1000, ExpiryMs: t0 + 1000 + testDelta}
+	for _, tickets := range [][]Ticket{{tk, tk}, {tk, {Name: "job", Holder: "other", Token: 4, LeaseS: 1, ValidBeforeMs: t0 + 1000, ExpiryMs: t0 + 1000 + testDelta}}} {
+		var buf bytes.Buffer
+		if _, err := (&Snapshot{DeltaMs: testDelta, Index: 10, Tickets: tickets}).WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		_, err := ReadSnapshot(bytes.NewReader(buf.Bytes()))
+		if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "strictly increasing") {
+			t.Fatalf("snapshot with a name twice: %v, want ErrFormat (names not strictly increasing)", err)
+		}
+		if err := New(testDelta).Restore(bytes.NewReader(buf.Bytes())); err == nil {
+			t.Fatal("restore accepted a name twice")
 		}
 	}
 }
