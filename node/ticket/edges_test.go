@@ -125,20 +125,6 @@ func TestEncodeLongestNameOrHolder(t *testing.T) {
 	}
 }
 
-// AddSat is a+b, or false when it overflows: a zero addend and the exact
-// top are sums, one past the top is not.
-func TestAddSat(t *testing.T) {
-	for _, c := range []struct {
-		a, b, sum uint64
-		ok        bool
-	}{{5, 0, 5, true}, {0, 0, 0, true}, {math.MaxUint64, 0, math.MaxUint64, true},
-		{math.MaxUint64 - 1, 1, math.MaxUint64, true}, {math.MaxUint64, 1, 0, false}, {math.MaxUint64, math.MaxUint64, 0, false}} {
-		if s, ok := AddSat(c.a, c.b); s != c.sum || ok != c.ok {
-			t.Errorf("AddSat(%d, %d) = %d %v, want %d %v", c.a, c.b, s, ok, c.sum, c.ok)
-		}
-	}
-}
-
 // SPEC §4-8: snapshot restore validates Δ ∈ 2..=60000, both ends included.
 func TestSnapshotDeltaRange(t *testing.T) {
 	for _, d := range []uint64{2, 60000} {
