@@ -133,16 +133,8 @@ func TestSnapshotDeltaRange(t *testing.T) {
 		if r := f.Apply(1, b); r.Code != CodeOK {
 			t.Fatalf("init Δ %d: %v %v", d, r.Code, r.Err)
 		}
-		s, err := f.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var buf bytes.Buffer
-		if _, err := s.WriteTo(&buf); err != nil {
-			t.Fatal(err)
-		}
 		f2 := New(d)
-		if err := f2.Restore(bytes.NewReader(buf.Bytes())); err != nil || f2.Delta() != d {
+		if err := f2.Restore(bytes.NewReader(snapBytes(t, f))); err != nil || f2.Delta() != d {
 			t.Fatalf("restore of a snapshot with Δ %d: %v (Δ %d)", d, err, f2.Delta())
 		}
 	}
