@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Edge cases found by mutation testing (docs/mutants.md): each test names
@@ -265,6 +266,32 @@ func TestTildeAndBangArePrintable(t *testing.T) {
 		}
 		if _, err := ParseResponse([]byte(strings.Replace(goodLine, " 2 ", " "+v+" ", 1)), testNonce); !hasReason(err, ReasonVersion) {
 			t.Fatalf("response with version %q: %v, want version", v, err)
+		}
+	}
+}
+
+// SPEC §4 (rounding): a Grant's or Renew's now is the wall time rounded up
+// to ms, an Expire's rounded down; before 1970 there is no Unix ms.
+func TestUnixMsRounding(t *testing.T) {
+	base := time.Unix(1_767_225_600, 0) // a whole second
+	for _, c := range []struct {
+		t           time.Time
+		floor, ceil uint64
+		ok          bool
+	}{
+		{time.Unix(0, 0), 0, 0, true},
+		{time.Unix(0, 1), 0, 1, true},
+		{base, 1_767_225_600_000, 1_767_225_600_000, true},
+		{base.Add(time.Nanosecond), 1_767_225_600_000, 1_767_225_600_001, true},
+		{base.Add(time.Millisecond - time.Nanosecond), 1_767_225_600_000, 1_767_225_600_001, true},
+		{base.Add(time.Millisecond), 1_767_225_600_001, 1_767_225_600_001, true},
+		{time.Unix(0, -1), 0, 0, false},
+		{time.Unix(-1, 0), 0, 0, false},
+	} {
+		f, fok := FloorUnixMs(c.t)
+		g, gok := CeilUnixMs(c.t)
+		if f != c.floor || g != c.ceil || fok != c.ok || gok != c.ok {
+			t.Errorf("%v: floor %d %v, ceil %d %v; want %d, %d, %v", c.t, f, fok, g, gok, c.floor, c.ceil, c.ok)
 		}
 	}
 }
