@@ -27,13 +27,13 @@ type Env struct {
 
 // Exit codes of SPEC §8.
 const (
-	ExitOK      = 0
-	ExitFailed  = 1 // the server refused, or could not be reached
-	ExitUsage   = 2
-	envAddr     = "TICKETCTL_ADDR"
-	envHolder   = "TICKETCTL_HOLDER"
-	maxLeaseS   = 250
-	defaultWait = 10 * time.Second
+	ExitOK         = 0
+	ExitFailed     = 1 // the server refused, or could not be reached
+	ExitUsage      = 2
+	envAddr        = "TICKETCTL_ADDR"
+	envHolder      = "TICKETCTL_HOLDER"
+	maxLeaseS      = 250
+	defaultTimeout = 10 * time.Second
 )
 
 const usage = `usage: ticketctl [global flags] COMMAND [ARGS] [flags]
@@ -72,7 +72,7 @@ exit status:
 // Main runs ticketctl with args (without the program name) and returns its
 // exit status.
 func Main(ctx context.Context, args []string, env Env) int {
-	g := &globals{addr: client.DefaultAddr, timeout: defaultWait}
+	g := &globals{addr: client.DefaultAddr, timeout: defaultTimeout}
 	if v, ok := env.Getenv(envAddr); ok && v != "" {
 		g.addr = v
 	}
