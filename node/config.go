@@ -32,8 +32,8 @@ type Config struct {
 	Log     LogConfig          `yaml:"log"`
 }
 
-// ClusterConfig is the `cluster:` section. Only enabled: false (one durable
-// Raft voter, no gossip) is implemented yet.
+// ClusterConfig is the `cluster:` section: enabled false is one durable
+// Raft voter without gossip; true is cluster mode (cluster.go).
 type ClusterConfig struct {
 	Enabled       bool             `yaml:"enabled"`
 	Name          string           `yaml:"name"` // this node's NodeId (the Raft server ID)
@@ -175,7 +175,9 @@ func (c *Config) Normalize() { c.Clock.Normalize() }
 // Validate checks every key; errors are *config.Error naming the key path.
 func (c *Config) Validate() error {
 	if c.Cluster.Enabled {
-		return config.Errorf("cluster.enabled", "cluster mode is not available yet (a later issue); set cluster.enabled: false (single node) or leave it out")
+		if err := c.validateCluster(); err != nil {
+			return err
+		}
 	}
 	if err := validName(c.Cluster.Name); err != nil {
 		return config.Errorf("cluster.name", "%v", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -131,6 +132,11 @@ func (n *Node) lead(ctx context.Context) {
 	n.stage.set(StageReady, "")
 	n.log.Info("leader ready", "term", term, "applied_index", n.raft().AppliedIndex(), "tickets", n.fsm.Len(),
 		"delta_ms", n.fsm.Delta(), "replay", time.Since(start).Round(time.Millisecond))
+	if n.cl != nil {
+		var wg sync.WaitGroup
+		wg.Go(func() { n.cl.lead(ctx) })
+		defer wg.Wait()
+	}
 	n.expiryLoop(ctx)
 }
 

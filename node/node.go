@@ -58,7 +58,8 @@ type Deps struct {
 	// Transport carries Raft's RPCs; default: in-memory (single node).
 	Transport raft.Transport
 
-	built func(*Node) // tests in this package: the node, once built
+	built   func(*Node)   // tests in this package: the node, once built
+	cluster *clusterHooks // tests in this package: cluster library tuning
 }
 
 // Run runs a ticketd node until ctx ends or the node fails. It sets the
@@ -87,6 +88,7 @@ type Node struct {
 	secrets apiSecrets
 	fsm     *ticket.FSM
 	cons    atomic.Pointer[consensus.Raft] // nil until Raft is open; HTTP handlers read it concurrently
+	cl      *clusterNode                   // cluster mode only (cluster.go); nil for a single node
 	notify  chan bool
 	metrics *api.Metrics
 
@@ -155,6 +157,12 @@ func newNode(cfg Config, deps *Deps) (*Node, error) {
 		n.dir.Close()
 		return nil, err
 	}
+	if cfg.Cluster.Enabled {
+		if n.cl, err = n.loadCluster(); err != nil {
+			n.dir.Close()
+			return nil, err
+		}
+	}
 	return n, nil
 }
 
@@ -200,7 +208,13 @@ func (n *Node) run(ctx context.Context, deps *Deps) (err error) {
 	}
 
 	n.stage.set(StageRaft, "opening the data dir")
-	cons, err := n.openConsensus(deps.Transport)
+	var cons *consensus.Raft
+	if n.cl != nil {
+		defer n.cl.close() // after Raft closed (deferred calls run last in, first out)
+		cons, err = n.cl.open(deps.cluster)
+	} else {
+		cons, err = n.openConsensus(deps.Transport)
+	}
 	if err != nil {
 		n.stage.set(StageFailed, err.Error())
 		return err
@@ -221,6 +235,13 @@ func (n *Node) run(ctx context.Context, deps *Deps) (err error) {
 		}
 		wg.Wait()
 	}()
+	if n.cl != nil {
+		// Bootstrap and the forward server stop before Raft closes.
+		cctx, cstop := context.WithCancel(lctx)
+		cdone := make(chan struct{})
+		go func() { defer close(cdone); n.cl.run(cctx, cons) }()
+		defer func() { cstop(); <-cdone }()
+	}
 	for {
 		select {
 		case <-ctx.Done():

@@ -46,8 +46,17 @@ func (n *Node) clockOK() error {
 	return nil
 }
 
-// Write proposes a Grant, Renew or Release (api.Backend).
+// Write proposes a Grant, Renew or Release (api.Backend); a cluster
+// follower forwards it to the leader.
 func (n *Node) Write(ctx context.Context, w api.Write) (api.Written, error) {
+	if c, ok := n.forwardRoute(); ok {
+		return n.cl.fwd.forwardWrite(ctx, c, w)
+	}
+	return n.writeLocal(ctx, w)
+}
+
+// writeLocal is Write on this node, as the leader.
+func (n *Node) writeLocal(ctx context.Context, w api.Write) (api.Written, error) {
 	if err := n.serving(); err != nil {
 		return api.Written{}, err
 	}
@@ -104,8 +113,16 @@ func (n *Node) readable(ctx context.Context) error {
 	return nil
 }
 
-// Get is a linearizable read of one ticket (api.Backend).
+// Get is a linearizable read of one ticket (api.Backend); a cluster
+// follower forwards it to the leader.
 func (n *Node) Get(ctx context.Context, name string) (ticket.Ticket, bool, error) {
+	if c, ok := n.forwardRoute(); ok {
+		return n.cl.fwd.forwardGet(ctx, c, name)
+	}
+	return n.getLocal(ctx, name)
+}
+
+func (n *Node) getLocal(ctx context.Context, name string) (ticket.Ticket, bool, error) {
 	if err := n.readable(ctx); err != nil {
 		return ticket.Ticket{}, false, err
 	}
@@ -113,8 +130,16 @@ func (n *Node) Get(ctx context.Context, name string) (ticket.Ticket, bool, error
 	return t, ok, nil
 }
 
-// List is a linearizable read of tickets by prefix (api.Backend).
+// List is a linearizable read of tickets by prefix (api.Backend); a
+// cluster follower forwards it to the leader.
 func (n *Node) List(ctx context.Context, prefix string, limit int) ([]ticket.Ticket, bool, error) {
+	if c, ok := n.forwardRoute(); ok {
+		return n.cl.fwd.forwardList(ctx, c, prefix, limit)
+	}
+	return n.listLocal(ctx, prefix, limit)
+}
+
+func (n *Node) listLocal(ctx context.Context, prefix string, limit int) ([]ticket.Ticket, bool, error) {
 	if err := n.readable(ctx); err != nil {
 		return nil, false, err
 	}
@@ -164,7 +189,7 @@ func (n *Node) Readiness() wire.Health {
 func (n *Node) Status(ctx context.Context) wire.Status {
 	h := n.Readiness()
 	st := wire.Status{
-		NodeID: n.cfg.Cluster.Name, Mode: "single-node", Stage: h.Stage, Ready: h.Status == "ok", Reason: h.Reason,
+		NodeID: n.cfg.Cluster.Name, Mode: n.mode(), Stage: h.Stage, Ready: h.Status == "ok", Reason: h.Reason,
 		DeltaMs: n.fsm.Delta(), TicketsActive: n.fsm.Len(), HoldOffCause: n.hold.cause,
 	}
 	if st.DeltaMs == 0 {

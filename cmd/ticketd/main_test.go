@@ -75,7 +75,7 @@ func TestConfigErrorsExit2(t *testing.T) {
 		{"wrong type", []string{"--config", writeConfig(t, "clock:\n  delta_ms: fast\n")}, "clock.delta_ms: want an integer"},
 		{"Δ out of range", []string{"--clock.delta_ms", "60001"}, "clock.delta_ms: 60001 is outside 2..=60000"},
 		{"Δ 1", []string{"--clock.delta_ms", "1"}, "clock.delta_ms"},
-		{"cluster enabled", []string{"--config", writeConfig(t, "cluster:\n  enabled: true\n")}, "cluster.enabled: cluster mode is not available yet"},
+		{"cluster without an agent", []string{"--config", writeConfig(t, "cluster:\n  enabled: true\n")}, "clock.agent_addr: cluster mode needs clock health from an agent"},
 		{"agent without a secret", []string{"--clock.agent_addrs", "127.0.0.1:1,127.0.0.1:2", "--data-dir", t.TempDir()}, "clock.secret_file: secret: no clock secret"},
 		{"agent address", []string{"--clock.agent_addr", "nohost"}, "clock.agent_addr: \"nohost\" is not HOST:PORT"},
 		{"dev_reference without an agent", []string{"--clock.dev_reference"}, "clock.dev_reference: set, but no agent is configured"},

@@ -1,0 +1,460 @@
+package node
+
+// Cluster mode (SPEC §5, issue 11): the mesh, gossip membership, Raft over
+// the mesh, bootstrap_expect, the leader's reconciler and forwarding. The
+// single-node path never reaches this file: n.cl is nil there.
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/tckclk/tckclk/internal/config"
+	"github.com/tckclk/tckclk/node/cluster/identity"
+	"github.com/tckclk/tckclk/node/cluster/membership"
+	"github.com/tckclk/tckclk/node/cluster/mesh"
+	"github.com/tckclk/tckclk/node/cluster/reconcile"
+	"github.com/tckclk/tckclk/node/consensus"
+	"github.com/tckclk/tckclk/protocol"
+)
+
+// clusterHooks tune the cluster libraries (tests in this package: ephemeral
+// mesh ports, fast gossip timings).
+type clusterHooks struct {
+	mesh       func(*mesh.Config)
+	membership func(*membership.Config)
+	started    func(gossipAddr string) // after gossip started
+}
+
+// validateCluster checks the cluster.* keys of a cluster node (files and
+// secrets are checked when they are loaded, at start-up).
+func (c *Config) validateCluster() error {
+	if !c.Clock.HasAgent() {
+		return config.Errorf("clock.agent_addr", "cluster mode needs clock health from an agent (SPEC §3): set clock.agent_addr or clock.agent_addrs")
+	}
+	m := &c.Cluster.Membership
+	if m.BindPort < 0 || m.BindPort > 65535 {
+		return config.Errorf("cluster.membership.bind_port", "%d is outside 0..65535", m.BindPort)
+	}
+	if m.BindAddr != "" {
+		ip := net.ParseIP(m.BindAddr)
+		if ip == nil {
+			return config.Errorf("cluster.membership.bind_addr", "%q is not an IP address", m.BindAddr)
+		}
+		if ip.IsUnspecified() {
+			return config.Errorf("cluster.membership.bind_addr", "%q is unspecified; give the IP this node is reached at (it is advertised to the peers)", m.BindAddr)
+		}
+	}
+	if _, err := membership.ParseJoinAddrs(m.JoinAddrs); err != nil {
+		return err
+	}
+	if p := c.Cluster.Internode.BindPort; p < 0 || p > 65535 {
+		return config.Errorf("cluster.internode.bind_port", "%d is outside 0..65535 (0: the first free port in %d–%d)", p, mesh.AutoPortFirst, mesh.AutoPortLast)
+	}
+	if len(c.Cluster.FailureDomain) > membership.MaxFailureDomainLen {
+		return config.Errorf("cluster.failure_domain", "longer than %d bytes", membership.MaxFailureDomainLen)
+	}
+	if e := c.Cluster.Raft.BootstrapExpect; e > membership.MaxBootstrapExpect {
+		return config.Errorf("cluster.raft.bootstrap_expect", "%d is above %d", e, membership.MaxBootstrapExpect)
+	}
+	return nil
+}
+
+// clusterNode is a cluster node's mesh, membership and the state they
+// advertise. Its goroutines belong to run (the forward server) and to the
+// leader's lead (the reconciler).
+type clusterNode struct {
+	n      *Node
+	log    *slog.Logger
+	key    ed25519.PrivateKey
+	trust  *identity.Store
+	secret []byte
+	mesh   *mesh.Mesh
+	mem    *membership.Membership
+	tr     *raft.NetworkTransport
+	adv    advertised
+	fwd    forwarder
+
+	mu        sync.Mutex
+	bootstrap membership.BootstrapState
+	rec       *reconcile.Runner // while this node leads
+	refused   string            // the last bootstrap refusal logged (logged once each)
+}
+
+// advertised is membership's AdvertisedKey, bound after the mesh listens
+// (the mesh's address is in the metadata membership starts with).
+type advertised struct {
+	mu  sync.Mutex
+	mem *membership.Membership
+}
+
+func (a *advertised) AdvertisedKey(id string) (ed25519.PublicKey, bool) {
+	a.mu.Lock()
+	m := a.mem
+	a.mu.Unlock()
+	if m == nil {
+		return nil, false
+	}
+	return m.AdvertisedKey(id)
+}
+
+// loadCluster loads the identity, the trust map and the gossip secret:
+// every refusal is a *config.Error naming the key.
+func (n *Node) loadCluster() (*clusterNode, error) {
+	in := &n.cfg.Cluster.Internode
+	key, err := identity.Load(string(in.IdentityKey), in.IdentityKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	trust, err := identity.NewStore(n.cfg.Cluster.Name, key.Public().(ed25519.PublicKey), in.TrustedPeerKeys)
+	if err != nil {
+		return nil, err
+	}
+	secret, err := membership.LoadSecret(string(n.cfg.Cluster.Membership.SecretKey), n.cfg.Cluster.Membership.SecretFile)
+	if err != nil {
+		return nil, err
+	}
+	cl := &clusterNode{n: n, log: n.log.With("component", "cluster"), key: key, trust: trust, secret: secret}
+	cl.fwd.cl = cl
+	return cl, nil
+}
+
+// listenMesh binds the mesh and builds Raft's transport on it.
+func (cl *clusterNode) listenMesh(h *clusterHooks) error {
+	cfg := &cl.n.cfg
+	tlsConf, err := mesh.LoadTLS(mesh.TLSConfig(cfg.Cluster.Internode.TLS))
+	if err != nil {
+		return err
+	}
+	mc := mesh.Config{
+		NodeID: cfg.Cluster.Name, Key: cl.key, GossipSecret: cl.secret, Trust: cl.trust, Advertised: &cl.adv,
+		TLS: tlsConf, BindAddr: cfg.Cluster.Membership.BindAddr, BindPort: cfg.Cluster.Internode.BindPort,
+		Logger: cl.n.log.With("component", "mesh"), Registerer: cl.n.reg, // socket deadlines: real time
+	}
+	if h != nil && h.mesh != nil {
+		h.mesh(&mc)
+	}
+	if cl.mesh, err = mesh.Listen(mc); err != nil {
+		return fmt.Errorf("node: mesh: %w", err)
+	}
+	cl.tr = raft.NewNetworkTransport(mesh.NewStreamLayer(cl.mesh, mesh.ClassRaft), 3, 10*time.Second, io.Discard)
+	cl.log.Info("mesh listening", "addr", cl.mesh.Addr(), "tls", tlsConf != nil)
+	return nil
+}
+
+// openConsensus opens Raft over the mesh without a bootstrap configuration
+// (bootstrap_expect decides later) and notes whether the data dir already
+// holds a cluster.
+func (cl *clusterNode) openConsensus() (*consensus.Raft, error) {
+	n := cl.n
+	cons, err := consensus.Open(consensus.Options{
+		Dir: n.dir, FSM: n.fsm, LocalID: n.cfg.Cluster.Name, Transport: cl.tr,
+		Timing:            consensus.ClusterTiming(),
+		SnapshotThreshold: n.cfg.Cluster.Raft.SnapshotThreshold, SnapshotInterval: n.cfg.Cluster.Raft.SnapshotInterval,
+		TrailingLogs: n.cfg.Cluster.Raft.TrailingLogs, Notify: n.notify, Logger: n.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	servers, err := cons.Servers()
+	if err != nil {
+		_ = cons.Close()
+		return nil, err
+	}
+	switch {
+	case len(servers) > 0:
+		cl.bootstrap = membership.BootstrapHasState
+	case n.cfg.Cluster.Raft.BootstrapExpect == 0:
+		cl.bootstrap = membership.BootstrapNone
+	default:
+		cl.bootstrap = membership.BootstrapWaiting
+	}
+	return cons, nil
+}
+
+// eligible: this node may be a Raft server (not a gossip-only client).
+func (cl *clusterNode) eligible() bool {
+	r := &cl.n.cfg.Cluster.Raft
+	return r.Eligible && r.Role != "client"
+}
+
+// meta is this node's gossip metadata now.
+func (cl *clusterNode) meta() membership.Meta {
+	cfg := &cl.n.cfg
+	m := membership.Meta{
+		MeshAddr: cl.mesh.Addr(), DeltaMs: uint16(cfg.Clock.DeltaMs), ProtocolVersion: protocol.Version,
+		ClockState: membership.ClockHealthy, RaftEligible: cl.eligible(), RaftPriority: int32(cfg.Cluster.Raft.Priority),
+		FailureDomain: cfg.Cluster.FailureDomain, BootstrapExpect: uint8(cfg.Cluster.Raft.BootstrapExpect), DataDirOK: true,
+	}
+	copy(m.PublicKey[:], cl.key.Public().(ed25519.PublicKey))
+	if !cl.eligible() {
+		m.Role = membership.RoleClient
+	}
+	if err := cl.n.guard.Check(); err != nil {
+		m.ClockState = membership.ClockCheck
+		if cl.n.clockErr() != nil {
+			m.ClockState = membership.ClockFailed
+		}
+	}
+	cl.mu.Lock()
+	m.Bootstrap = cl.bootstrap
+	cl.mu.Unlock()
+	return m
+}
+
+// startMembership joins the gossip with this node's metadata.
+func (cl *clusterNode) startMembership(h *clusterHooks) error {
+	cfg := &cl.n.cfg
+	join, err := membership.ParseJoinAddrs(cfg.Cluster.Membership.JoinAddrs)
+	if err != nil {
+		return err
+	}
+	mc := membership.DefaultConfig()
+	mc.NodeName, mc.BindAddr, mc.BindPort = cfg.Cluster.Name, cfg.Cluster.Membership.BindAddr, cfg.Cluster.Membership.BindPort
+	if mc.BindAddr == "" {
+		mc.BindAddr = "127.0.0.1"
+	}
+	mc.Secret, mc.JoinAddrs, mc.Meta, mc.Trust = cl.secret, join, cl.meta, cl.trust
+	mc.Logger, mc.Registerer = cl.n.log.With("component", "gossip"), cl.n.reg
+	if h != nil && h.membership != nil {
+		h.membership(&mc)
+	}
+	mem, err := membership.New(mc)
+	if err != nil {
+		return fmt.Errorf("node: membership: %w", err)
+	}
+	if err := mem.Start(); err != nil {
+		_ = mem.Close()
+		return fmt.Errorf("node: membership: %w", err)
+	}
+	cl.mem = mem
+	cl.adv.mu.Lock()
+	cl.adv.mem = mem
+	cl.adv.mu.Unlock()
+	return nil
+}
+
+// close leaves the gossip and closes the mesh (after Raft closed).
+func (cl *clusterNode) close() {
+	if cl.mem != nil {
+		if err := cl.mem.Leave(time.Second); err != nil && !errors.Is(err, membership.ErrClosed) {
+			cl.log.Warn("gossip leave", "err", err)
+		}
+		_ = cl.mem.Close()
+	}
+	if cl.tr != nil {
+		_ = cl.tr.Close()
+	}
+	if cl.mesh != nil {
+		_ = cl.mesh.Close()
+	}
+}
+
+// run serves forwarded requests and drives bootstrap from membership
+// events until ctx ends.
+func (cl *clusterNode) run(ctx context.Context, cons *consensus.Raft) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	stopFwd := cl.fwd.serve(&wg)
+	defer stopFwd()
+	if cl.n.cfg.Cluster.Raft.BootstrapExpect == 1 {
+		cl.maybeBootstrap(cons)
+	}
+	events := cl.mem.Events()
+	for {
+		cl.maybeBootstrap(cons)
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-events:
+			if !ok {
+				return
+			}
+			if r := cl.runner(); r != nil {
+				r.Trigger()
+			}
+		}
+	}
+}
+
+// maybeBootstrap bootstraps when bootstrap_expect is met (SPEC §5): 1 is
+// this node alone; N needs exactly N alive eligible members advertising N,
+// none with Raft state or a done bootstrap. Every node computes the same
+// voter set (sorted by NodeId). Conflicting values refuse, and say so.
+func (cl *clusterNode) maybeBootstrap(cons *consensus.Raft) {
+	cl.mu.Lock()
+	state := cl.bootstrap
+	cl.mu.Unlock()
+	if state != membership.BootstrapWaiting || !cl.eligible() {
+		return
+	}
+	expect := cl.n.cfg.Cluster.Raft.BootstrapExpect
+	servers, why := bootstrapServers(cl.n.cfg.Cluster.Name, cl.mesh.Addr(), expect, cl.mem.Members())
+	if servers == nil {
+		if why != "" && why != cl.refused {
+			cl.refused = why
+			cl.log.Warn("not bootstrapping", "bootstrap_expect", expect, "why", why)
+		}
+		return
+	}
+	if err := cons.BootstrapCluster(raft.Configuration{Servers: servers}); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+		cl.log.Error("bootstrap failed", "err", err)
+		return
+	}
+	cl.mu.Lock()
+	cl.bootstrap = membership.BootstrapDone
+	cl.mu.Unlock()
+	ids := make([]string, len(servers))
+	for i, s := range servers {
+		ids[i] = string(s.ID)
+	}
+	cl.log.Info("bootstrapped the cluster", "bootstrap_expect", expect, "voters", ids)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := cl.mem.UpdateMeta(ctx); err != nil {
+		cl.log.Warn("advertising the bootstrap", "err", err)
+	}
+}
+
+// bootstrapServers is the voter set to bootstrap with, or nil and why not
+// ("" when simply still waiting). It is a pure function of the gossip view,
+// so every node of the same view computes the same set.
+func bootstrapServers(self, selfAddr string, expect int, members []membership.Member) ([]raft.Server, string) {
+	if expect == 1 {
+		return []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(self), Address: raft.ServerAddress(selfAddr)}}, ""
+	}
+	var out []raft.Server
+	for _, m := range members {
+		if m.State != membership.StateAlive || !m.Meta.RaftEligible || m.Meta.Role == membership.RoleClient {
+			continue
+		}
+		switch m.Meta.Bootstrap {
+		case membership.BootstrapHasState, membership.BootstrapDone:
+			return nil, fmt.Sprintf("%s already bootstrapped or has Raft state (%s): waiting to be added by its leader", m.ID, m.Meta.Bootstrap)
+		}
+		if m.Meta.BootstrapExpect == 0 {
+			continue
+		}
+		if int(m.Meta.BootstrapExpect) != expect {
+			return nil, fmt.Sprintf("conflicting bootstrap_expect: %s advertises %d, this node %d", m.ID, m.Meta.BootstrapExpect, expect)
+		}
+		out = append(out, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(m.ID), Address: raft.ServerAddress(m.Meta.MeshAddr)})
+	}
+	if len(out) != expect {
+		return nil, ""
+	}
+	slices.SortFunc(out, func(a, b raft.Server) int { return cmpString(string(a.ID), string(b.ID)) })
+	return out, ""
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// runner returns the reconciler while this node leads, else nil.
+func (cl *clusterNode) runner() *reconcile.Runner {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.rec
+}
+
+// reconcileMembers is the leader's view for the reconciler: every gossip
+// member, and every configuration server gossip does not know (as dead).
+func (cl *clusterNode) reconcileMembers(rr *raft.Raft) []reconcile.Member {
+	var out []reconcile.Member
+	seen := map[string]bool{}
+	for _, m := range cl.mem.Members() {
+		seen[m.ID] = true
+		alive := m.State == membership.StateAlive
+		out = append(out, reconcile.Member{
+			ID: m.ID, Address: m.Meta.MeshAddr, Eligible: m.Meta.RaftEligible && m.Meta.Role != membership.RoleClient && m.Meta.DataDirOK,
+			Priority: int(m.Meta.RaftPriority), FailureDomain: m.Meta.FailureDomain, Alive: alive, RaftContact: alive,
+			ClockHealthy: m.Meta.ClockState == membership.ClockHealthy, Retired: m.Meta.Retired,
+		})
+	}
+	if f := rr.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			if !seen[string(s.ID)] {
+				out = append(out, reconcile.Member{ID: string(s.ID), Address: string(s.Address)})
+			}
+		}
+	}
+	return out
+}
+
+// lead runs the reconciler while this node leads (ctx ends with the term).
+func (cl *clusterNode) lead(ctx context.Context) {
+	rr := cl.n.raft()
+	if rr == nil {
+		return
+	}
+	maxVoters, changed := reconcile.NormalizeMaxVoters(cl.n.cfg.Cluster.Raft.MaxVoters)
+	if changed {
+		cl.log.Warn("cluster.raft.max_voters is even; using the odd value below it", "max_voters", maxVoters)
+	}
+	r, err := reconcile.NewRunner(reconcile.RunnerConfig{
+		Raft: reconcile.NewRaftAdapter(rr, 5*time.Second), LocalID: cl.n.cfg.Cluster.Name, Members: func() []reconcile.Member { return cl.reconcileMembers(rr) },
+		Limits:   reconcile.Limits{MaxVoters: maxVoters, MaxStandbys: cl.n.cfg.Cluster.Raft.MaxStandbys},
+		Debounce: cl.n.cfg.Cluster.Raft.ReconcileDebounce, Logger: cl.log.With("component", "reconcile"),
+		Registerer: cl.n.reg,
+	})
+	if err != nil {
+		cl.log.Error("reconciler", "err", err)
+		return
+	}
+	cl.mu.Lock()
+	cl.rec = r
+	cl.mu.Unlock()
+	defer func() {
+		cl.mu.Lock()
+		cl.rec = nil
+		cl.mu.Unlock()
+	}()
+	r.Trigger()
+	_ = r.Run(ctx)
+}
+
+// open is cluster start-up after clock_check (SPEC §3.5): the mesh listens,
+// Raft opens over it (no bootstrap yet), then gossip starts advertising
+// this node, including whether its data dir already holds a cluster.
+func (cl *clusterNode) open(h *clusterHooks) (*consensus.Raft, error) {
+	if err := cl.listenMesh(h); err != nil {
+		return nil, err
+	}
+	cons, err := cl.openConsensus()
+	if err != nil {
+		return nil, err
+	}
+	if err := cl.startMembership(h); err != nil {
+		_ = cons.Close()
+		return nil, err
+	}
+	cl.log.Info("cluster node started", "mesh", cl.mesh.Addr(), "gossip", cl.mem.LocalAddr(),
+		"bootstrap_expect", cl.n.cfg.Cluster.Raft.BootstrapExpect, "bootstrap", cl.meta().Bootstrap.String())
+	if h != nil && h.started != nil {
+		h.started(cl.mem.LocalAddr())
+	}
+	return cons, nil
+}
+
+// mode is /v1/status's mode.
+func (n *Node) mode() string {
+	if n.cl != nil {
+		return "cluster"
+	}
+	return "single-node"
+}

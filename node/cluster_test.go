@@ -1,0 +1,284 @@
+package node
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/tckclk/tckclk/internal/config"
+	"github.com/tckclk/tckclk/node/cluster/membership"
+	"github.com/tckclk/tckclk/node/cluster/mesh"
+)
+
+// gossipSecret is the test clusters' gossip key (16 bytes, base64).
+var gossipSecret = base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))
+
+// testCluster is N cluster nodes on loopback in this process, each with
+// its own manual clock and clock agent.
+type testCluster struct {
+	t     *testing.T
+	names []string
+	keys  map[string]ed25519.PrivateKey
+	trust map[string]string
+	nodes map[string]*clusterMember
+}
+
+type clusterMember struct {
+	an     *agentNode
+	tn     *testNode
+	node   chan *Node
+	gossip chan string
+	n      *Node
+}
+
+func newTestCluster(t *testing.T, names ...string) *testCluster {
+	tc := &testCluster{t: t, names: names, keys: map[string]ed25519.PrivateKey{}, trust: map[string]string{}, nodes: map[string]*clusterMember{}}
+	for i, name := range names {
+		seed := bytes.Repeat([]byte{byte(i + 1)}, ed25519.SeedSize)
+		k := ed25519.NewKeyFromSeed(seed)
+		tc.keys[name] = k
+		tc.trust[name] = base64.StdEncoding.EncodeToString(k.Public().(ed25519.PublicKey))
+	}
+	return tc
+}
+
+// start starts name joining the gossip at join ("" for none) and waits
+// until its clock_check passed and gossip runs.
+func (tc *testCluster) start(name, join string, expect int) *clusterMember {
+	t := tc.t
+	t.Helper()
+	cm := &clusterMember{node: make(chan *Node, 1), gossip: make(chan string, 1)}
+	cm.an = newAgentNode(t, t.TempDir(), []byte(clockSecret), func(c *Config) {
+		c.Cluster.Enabled = true
+		c.Cluster.Name = name
+		c.Cluster.Membership.BindAddr = "127.0.0.1"
+		c.Cluster.Membership.BindPort = 0
+		c.Cluster.Membership.JoinAddrs = join
+		c.Cluster.Membership.SecretKey = SecretString(gossipSecret)
+		c.Cluster.Internode.IdentityKey = SecretString(base64.StdEncoding.EncodeToString(tc.keys[name].Seed()))
+		c.Cluster.Internode.TrustedPeerKeys = tc.trust
+		c.Cluster.Raft.BootstrapExpect = expect
+		c.Cluster.Raft.ReconcileDebounce = 100 * time.Millisecond
+	})
+	cm.an.deps.built = func(n *Node) { cm.node <- n }
+	// memberlist's own goroutines may log a moment after Shutdown returns.
+	gl := &guardedLog{t: t}
+	t.Cleanup(gl.stop)
+	cm.an.deps.Logger = slog.New(slog.NewTextHandler(gl, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", name)
+	cm.an.deps.cluster = &clusterHooks{
+		mesh: func(c *mesh.Config) { c.BindPort = mesh.EphemeralPort },
+		membership: func(c *membership.Config) {
+			c.JoinBackoffMin, c.JoinBackoffMax, c.RejoinInterval = 50*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
+			c.Timing = membership.Timing{ProbeInterval: 100 * time.Millisecond, ProbeTimeout: 80 * time.Millisecond, SuspicionMult: 2,
+				GossipInterval: 50 * time.Millisecond, PushPullInterval: 300 * time.Millisecond, TCPTimeout: 500 * time.Millisecond,
+				DeadNodeReclaimTime: 200 * time.Millisecond}
+		},
+		started: func(addr string) { cm.gossip <- addr },
+	}
+	var err error
+	cm.tn, err = tryStart(t, cm.an.cfg, cm.an.deps, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case cm.n = <-cm.node:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s was not built", name)
+	}
+	for range 2 { // the first probe runs at once; clock_check needs 3
+		if !cm.an.ts.Fire("probe", 5*time.Second) {
+			t.Fatalf("%s: probe ticker not taken", name)
+		}
+	}
+	select {
+	case <-cm.gossip:
+	case err := <-cm.tn.done:
+		t.Fatalf("%s stopped during start-up: %v", name, err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: gossip did not start", name)
+	}
+	tc.nodes[name] = cm
+	return cm
+}
+
+// gossipAddr is name's gossip address (known once start returned).
+func (cm *clusterMember) gossipAddr() string { return cm.n.cl.mem.LocalAddr() }
+
+// leaders lists the nodes whose status says they lead.
+func (tc *testCluster) leaders() []string {
+	var out []string
+	for _, name := range tc.names {
+		cm := tc.nodes[name]
+		if cm == nil {
+			continue
+		}
+		st, err := cm.tn.c.Status(bg)
+		if err == nil && st.Role == "leader" && st.Ready {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// SPEC §5 "Bootstrap", §4.1: three nodes with bootstrap_expect 3 form one
+// cluster with exactly one leader and three voters; a grant through a
+// follower is forwarded, stamped and committed by the leader, and the
+// leader reads it back with the same token; a follower reads it too.
+func TestClusterThreeNodesForm(t *testing.T) {
+	tc := newTestCluster(t, "n1", "n2", "n3")
+	first := tc.start("n1", "", 3)
+	tc.start("n2", first.gossipAddr(), 3)
+	tc.start("n3", first.gossipAddr(), 3)
+
+	var leader string
+	waitFor(t, "exactly one ready leader", 20*time.Second, func() bool {
+		ls := tc.leaders()
+		if len(ls) == 1 {
+			leader = ls[0]
+		}
+		return len(ls) == 1
+	})
+	lc := tc.nodes[leader]
+	if got := lc.n.countMembers(raft.Voter); got != 3 {
+		t.Fatalf("voters = %d, want 3", got)
+	}
+	var follower *clusterMember
+	for _, name := range tc.names {
+		if name != leader {
+			follower = tc.nodes[name]
+			st, err := follower.tn.c.Status(bg)
+			if err != nil || st.Mode != "cluster" || st.Leader != leader || st.Role != "follower" {
+				t.Fatalf("%s status: %+v, %v (want a follower of %s)", name, st, err, leader)
+			}
+		}
+	}
+	waitFor(t, "the follower knows the leader", 10*time.Second, func() bool {
+		_, ok := follower.n.forwardRoute()
+		return ok
+	})
+	g, err := follower.tn.c.Grant(bg, "job", "worker-1", 30)
+	if err != nil {
+		t.Fatalf("grant through a follower: %v", err)
+	}
+	// The leader stamped it with its own (manual) clock.
+	wantValid := uint64(lc.an.clk.Now().UnixMilli()) + 30_000
+	if g.Token == 0 || g.Holder != "worker-1" || g.ConservativeValidBeforeUnixMs != wantValid {
+		t.Fatalf("grant through a follower = %+v, want token > 0 and valid before %d (the leader's clock)", g.Grant, wantValid)
+	}
+	got, err := lc.tn.c.Get(bg, "job")
+	if err != nil || got.Token != g.Token || got.Holder != "worker-1" {
+		t.Fatalf("leader reads %+v, %v; want token %d", got, err, g.Token)
+	}
+	fg, err := follower.tn.c.Get(bg, "job")
+	if err != nil || fg.Token != g.Token {
+		t.Fatalf("follower reads %+v, %v; want token %d", fg, err, g.Token)
+	}
+	// A conflicting grant through the follower is the leader's 409 held.
+	if _, err := follower.tn.c.Grant(bg, "job", "worker-2", 30); err == nil || !strings.Contains(err.Error(), "held") {
+		t.Fatalf("second grant through a follower: %v, want held", err)
+	}
+	list, err := follower.tn.c.List(bg, "", 10)
+	if err != nil || len(list.Tickets) != 1 {
+		t.Fatalf("list through a follower: %+v, %v", list, err)
+	}
+}
+
+// SPEC §5 "Bootstrap": two nodes that each expect three see each other in
+// gossip and still do not bootstrap: no Raft configuration, no leader.
+func TestClusterTwoOfThreeDoNotBootstrap(t *testing.T) {
+	tc := newTestCluster(t, "a", "b", "c")
+	a := tc.start("a", "", 3)
+	b := tc.start("b", a.gossipAddr(), 3)
+	waitFor(t, "a and b see each other", 10*time.Second, func() bool {
+		return aliveCount(a.n) == 2 && aliveCount(b.n) == 2
+	})
+	// Bounded observation: several election timeouts, the view stable.
+	deadline := time.Now().Add(3 * consensusElection())
+	for time.Now().Before(deadline) {
+		for _, cm := range []*clusterMember{a, b} {
+			st, err := cm.tn.c.Status(bg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Role == "leader" || st.Leader != "" || st.Ready {
+				t.Fatalf("%s: %+v: two of three bootstrapped", st.NodeID, st)
+			}
+			if s, err := cm.n.cons.Load().Servers(); err != nil || len(s) != 0 {
+				t.Fatalf("%s has a Raft configuration %v (%v)", st.NodeID, s, err)
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval of a bounded observation
+	}
+}
+
+func aliveCount(n *Node) int {
+	c := 0
+	for _, m := range n.cl.mem.Members() {
+		if m.State == membership.StateAlive {
+			c++
+		}
+	}
+	return c
+}
+
+func consensusElection() time.Duration { return 1 * time.Second }
+
+// SPEC §3, §5: a cluster node without a clock agent refuses to start,
+// naming clock.agent_addr; a conflicting bootstrap_expect never bootstraps.
+func TestClusterConfigRefusals(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.Cluster.Enabled = true
+	cfg.Normalize()
+	var ce *config.Error
+	if err := cfg.Validate(); !errors.As(err, &ce) || ce.Path != "clock.agent_addr" {
+		t.Fatalf("cluster without an agent: %v", err)
+	}
+	members := func(expects ...int) []membership.Member {
+		var out []membership.Member
+		for i, e := range expects {
+			out = append(out, membership.Member{ID: fmt.Sprintf("n%d", i), State: membership.StateAlive,
+				Meta: membership.Meta{MeshAddr: fmt.Sprintf("127.0.0.1:%d", 9000+i), RaftEligible: true, BootstrapExpect: uint8(e), Bootstrap: membership.BootstrapWaiting}})
+		}
+		return out
+	}
+	if s, why := bootstrapServers("n0", "x", 3, members(3, 2, 3)); s != nil || !strings.Contains(why, "conflicting bootstrap_expect") {
+		t.Fatalf("conflicting expect: %v %q", s, why)
+	}
+	s, why := bootstrapServers("n0", "x", 3, members(3, 3, 3))
+	if len(s) != 3 || why != "" || s[0].ID != "n0" || s[2].Address != "127.0.0.1:9002" {
+		t.Fatalf("three of three: %v %q", s, why)
+	}
+	if s, _ := bootstrapServers("n0", "x", 3, members(3, 3, 3, 3)); s != nil {
+		t.Fatalf("four advertising 3 bootstrapped: %v", s)
+	}
+}
+
+// guardedLog is t.Log until the test's cleanups run, then discards.
+type guardedLog struct {
+	t    *testing.T
+	mu   sync.Mutex
+	done bool
+}
+
+func (g *guardedLog) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.done {
+		g.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+func (g *guardedLog) stop() {
+	g.mu.Lock()
+	g.done = true
+	g.mu.Unlock()
+}

@@ -1,0 +1,302 @@
+package node
+
+// Forwarding (SPEC §4.1, §5): a follower sends Write, Get and List to the
+// leader over a mesh stream of class forward; every node serves forwarded
+// requests with its own local operations, so the leader stamps `now` with
+// its own clock and runs its own clock check (a follower never pre-stamps).
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+
+	"github.com/tckclk/tckclk/node/api"
+	"github.com/tckclk/tckclk/node/cluster/forward"
+	"github.com/tckclk/tckclk/node/cluster/mesh"
+	"github.com/tckclk/tckclk/node/ticket"
+)
+
+// forwarder holds the forwarding client to the current leader.
+type forwarder struct {
+	cl *clusterNode
+
+	mu     sync.Mutex
+	leader string // NodeId the client dials
+	addr   string
+	client *forward.Client
+	closed bool
+}
+
+// serve starts the forward server on the mesh's forward listener; the
+// returned func stops it (and the client) and waits.
+func (f *forwarder) serve(wg *sync.WaitGroup) func() {
+	n := f.cl.n
+	srv := forward.NewServer(forward.ServerConfig{Now: n.wall.Now, Logger: f.cl.log.With("component", "forward")})
+	ln := f.cl.mesh.Listener(mesh.ClassForward)
+	wg.Go(func() {
+		if err := srv.Serve(ln, forward.HandlerFunc(n.forwarded)); err != nil && !errors.Is(err, forward.ErrClosed) {
+			f.cl.log.Warn("forward server stopped", "err", err)
+		}
+	})
+	return func() {
+		_ = srv.Close()
+		f.mu.Lock()
+		f.closed = true
+		c := f.client
+		f.client = nil
+		f.mu.Unlock()
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+}
+
+// route reports the leader to forward to: Raft is open, this node does
+// not lead, and it knows a leader other than itself.
+func (f *forwarder) route() (*forward.Client, bool) {
+	n := f.cl.n
+	stage, _ := n.stage.get()
+	if stage == StageFailed || stage == StageStarting || stage == StageClockCheck || stage == StageStopping {
+		return nil, false
+	}
+	r := n.raft()
+	if r == nil {
+		return nil, false
+	}
+	if n.serving() == nil {
+		return nil, false // this node leads
+	}
+	addr, id := r.LeaderWithID()
+	if id == "" || string(id) == n.cfg.Cluster.Name {
+		return nil, false
+	}
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil, false
+	}
+	if f.client != nil && f.leader == string(id) && f.addr == string(addr) {
+		c := f.client
+		f.mu.Unlock()
+		return c, true
+	}
+	old := f.client // requests in flight on it end with outcome unknown
+	m, leader, leaderAddr := f.cl.mesh, string(id), string(addr)
+	f.leader, f.addr = leader, leaderAddr
+	c := forward.NewClient(func(ctx context.Context) (net.Conn, error) {
+		return m.Dial(ctx, leaderAddr, leader, mesh.ClassForward)
+	})
+	f.client = c
+	f.mu.Unlock()
+	if old != nil {
+		_ = old.Close()
+	}
+	return c, true
+}
+
+// forwarded is the forward.Handler: this node's own local operations.
+func (n *Node) forwarded(ctx context.Context, peer string, req forward.Request) forward.Response {
+	switch req.Op {
+	case forward.OpGrant, forward.OpRenew, forward.OpRelease:
+		if req.LeaseS > 255 {
+			return forward.Response{Code: forward.CodeBadRequest, Message: "lease_s above 255"}
+		}
+		w := api.Write{Op: writeOps[req.Op], Name: req.Name, Holder: req.Holder, Token: req.Token, LeaseS: uint8(req.LeaseS)}
+		out, err := n.writeLocal(ctx, w)
+		if err != nil {
+			return errResponse(err)
+		}
+		return writtenResponse(out)
+	case forward.OpGet:
+		t, ok, err := n.getLocal(ctx, req.Name)
+		if err != nil {
+			return errResponse(err)
+		}
+		if !ok {
+			return forward.Response{Code: forward.CodeNotFound, Message: "no such ticket"}
+		}
+		ft := wireTicket(t, 0)
+		return forward.Response{Code: forward.CodeOK, Ticket: &ft}
+	case forward.OpList:
+		ts, more, err := n.listLocal(ctx, req.Prefix, int(req.Limit))
+		if err != nil {
+			return errResponse(err)
+		}
+		l := &forward.List{Truncated: more}
+		for _, t := range ts {
+			l.Tickets = append(l.Tickets, wireTicket(t, 0))
+		}
+		return forward.Response{Code: forward.CodeOK, List: l}
+	}
+	return forward.Response{Code: forward.CodeBadRequest, Message: "unknown op"}
+}
+
+var writeOps = map[forward.Op]ticket.Op{forward.OpGrant: ticket.OpGrant, forward.OpRenew: ticket.OpRenew, forward.OpRelease: ticket.OpRelease}
+
+var forwardOps = map[ticket.Op]forward.Op{ticket.OpGrant: forward.OpGrant, ticket.OpRenew: forward.OpRenew, ticket.OpRelease: forward.OpRelease}
+
+func wireTicket(t ticket.Ticket, recvMs uint64) forward.Ticket {
+	ft := forward.Ticket{Name: t.Name, Holder: t.Holder, Token: t.Token, LeaseS: uint32(t.LeaseS),
+		ConservativeValidBeforeUnixMs: t.ValidBeforeMs, ServerExpiryUnixMs: t.ExpiryMs}
+	if recvMs > 0 && t.ValidBeforeMs > recvMs {
+		ft.RemainingMs = t.ValidBeforeMs - recvMs
+	}
+	return ft
+}
+
+func localTicket(ft *forward.Ticket) ticket.Ticket {
+	if ft == nil {
+		return ticket.Ticket{}
+	}
+	return ticket.Ticket{Name: ft.Name, Holder: ft.Holder, Token: ft.Token, LeaseS: uint8(min(ft.LeaseS, 255)),
+		ValidBeforeMs: ft.ConservativeValidBeforeUnixMs, ExpiryMs: ft.ServerExpiryUnixMs}
+}
+
+// mismatchCodes travel as forward.CodeMismatch with the ticket code's name
+// as the Reason, so the follower answers exactly as the leader would.
+var mismatchCodes = map[string]ticket.Code{}
+
+func init() {
+	for _, c := range []ticket.Code{ticket.CodeNotHeld, ticket.CodeWrongHolder, ticket.CodeWrongToken, ticket.CodeLeaseOver} {
+		mismatchCodes[c.String()] = c
+	}
+}
+
+// writtenResponse encodes a committed write's outcome.
+func writtenResponse(out api.Written) forward.Response {
+	res := out.Result
+	ft := wireTicket(res.Ticket, out.RecvMs)
+	switch res.Code {
+	case ticket.CodeOK, ticket.CodeExisting:
+		r := forward.Response{Code: forward.CodeOK, Ticket: &ft}
+		if res.Code == ticket.CodeExisting {
+			r.Reason = ticket.CodeExisting.String()
+		}
+		return r
+	case ticket.CodeHeld:
+		return forward.Response{Code: forward.CodeHeld, Message: "held", Holder: res.Ticket.Holder, Token: res.Ticket.Token}
+	case ticket.CodeFatal:
+		return forward.Response{Code: forward.CodeUnavailable, Message: "the leader stopped", Stage: string(StageFailed), Reason: "state"}
+	}
+	if _, ok := mismatchCodes[res.Code.String()]; ok {
+		return forward.Response{Code: forward.CodeMismatch, Message: res.Code.String(), Reason: res.Code.String()}
+	}
+	return forward.Response{Code: forward.CodeUnavailable, Message: "refused by the state machine; retry", Reason: res.Code.String()}
+}
+
+// errResponse encodes a local refusal (an *api.Error, or anything else as
+// internal).
+func errResponse(err error) forward.Response {
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		return forward.Response{Code: forward.CodeInternal, Message: err.Error()}
+	}
+	r := forward.Response{Message: ae.Message, Stage: ae.Stage, Reason: ae.Reason}
+	switch ae.Kind {
+	case api.KindNotLeader:
+		r.Code = forward.CodeNotLeader
+	case api.KindBadRequest:
+		r.Code = forward.CodeBadRequest
+	case api.KindNotFound:
+		r.Code = forward.CodeNotFound
+	case api.KindConflict:
+		r.Code, r.Reason = forward.CodeMismatch, ae.Code
+	default:
+		r.Code = forward.CodeUnavailable
+	}
+	return r
+}
+
+// forwardErr maps what the forward client returned to the API's errors.
+func forwardErr(err error) error {
+	var fe *forward.Error
+	switch {
+	case errors.As(err, &fe):
+		switch fe.Code {
+		case forward.CodeNotLeader:
+			return api.NotLeader(string(StageRaft), "the leader moved while forwarding: %s", fe.Message)
+		case forward.CodeBadRequest:
+			return api.Refuse(api.KindBadRequest, "bad_request", "%s", fe.Message)
+		case forward.CodeNotFound:
+			return api.Refuse(api.KindNotFound, "not_found", "%s", fe.Message)
+		case forward.CodeMismatch:
+			return api.Refuse(api.KindConflict, fe.Reason, "%s", fe.Message)
+		}
+		return api.Unavailable(fe.Stage, fe.Reason, "leader: %s", fe.Message)
+	case errors.Is(err, forward.ErrOutcomeUnknown):
+		return api.Unavailable("", "unknown_outcome", "forwarded to the leader, no answer: %v; the write may still be applied: read the ticket before retrying", err)
+	}
+	return api.Unavailable(string(StageRaft), "leader_unreachable", "forwarding to the leader: %v", err)
+}
+
+// forwardWrite sends a Write to the leader.
+func (f *forwarder) forwardWrite(ctx context.Context, c *forward.Client, w api.Write) (api.Written, error) {
+	req := forward.Request{Op: forwardOps[w.Op], Name: w.Name, Holder: w.Holder}
+	if w.Op != ticket.OpGrant {
+		req.Token = w.Token
+	}
+	if w.Op != ticket.OpRelease {
+		req.LeaseS = uint32(w.LeaseS)
+	}
+	resp, err := c.Do(ctx, req)
+	var fe *forward.Error
+	switch {
+	case errors.As(err, &fe) && fe.Code == forward.CodeHeld:
+		return api.Written{Result: ticket.Result{Code: ticket.CodeHeld, Ticket: ticket.Ticket{Name: w.Name, Holder: fe.Holder, Token: fe.Token}}}, nil
+	case errors.As(err, &fe) && fe.Code == forward.CodeMismatch:
+		if code, ok := mismatchCodes[fe.Reason]; ok {
+			return api.Written{Result: ticket.Result{Code: code}}, nil
+		}
+		return api.Written{}, forwardErr(err)
+	case err != nil:
+		return api.Written{}, forwardErr(err)
+	}
+	t := localTicket(resp.Ticket)
+	code := ticket.CodeOK
+	if resp.Reason == ticket.CodeExisting.String() {
+		code = ticket.CodeExisting
+	}
+	recv := t.ValidBeforeMs
+	if resp.Ticket != nil && resp.Ticket.RemainingMs <= recv {
+		recv -= resp.Ticket.RemainingMs
+	}
+	return api.Written{Result: ticket.Result{Code: code, Ticket: t}, RecvMs: recv}, nil
+}
+
+// forwardGet is a linearizable Get on the leader.
+func (f *forwarder) forwardGet(ctx context.Context, c *forward.Client, name string) (ticket.Ticket, bool, error) {
+	resp, err := c.Do(ctx, forward.Request{Op: forward.OpGet, Name: name})
+	if errors.Is(err, forward.ErrNotFound) {
+		return ticket.Ticket{}, false, nil
+	}
+	if err != nil {
+		return ticket.Ticket{}, false, forwardErr(err)
+	}
+	return localTicket(resp.Ticket), resp.Ticket != nil, nil
+}
+
+// forwardList is a linearizable List on the leader.
+func (f *forwarder) forwardList(ctx context.Context, c *forward.Client, prefix string, limit int) ([]ticket.Ticket, bool, error) {
+	resp, err := c.Do(ctx, forward.Request{Op: forward.OpList, Prefix: prefix, Limit: uint32(max(limit, 0))})
+	if err != nil {
+		return nil, false, forwardErr(err)
+	}
+	if resp.List == nil {
+		return nil, false, nil
+	}
+	out := make([]ticket.Ticket, 0, len(resp.List.Tickets))
+	for i := range resp.List.Tickets {
+		out = append(out, localTicket(&resp.List.Tickets[i]))
+	}
+	return out, resp.List.Truncated, nil
+}
+
+// forwardRoute: in cluster mode on a follower that knows the leader, the
+// client to forward with.
+func (n *Node) forwardRoute() (*forward.Client, bool) {
+	if n.cl == nil {
+		return nil, false
+	}
+	return n.cl.fwd.route()
+}
