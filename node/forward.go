@@ -155,13 +155,13 @@ func localTicket(ft *forward.Ticket) ticket.Ticket {
 
 // mismatchCodes travel as forward.CodeMismatch with the ticket code's name
 // as the Reason, so the follower answers exactly as the leader would.
-var mismatchCodes = map[string]ticket.Code{}
-
-func init() {
+var mismatchCodes = func() map[string]ticket.Code {
+	m := map[string]ticket.Code{}
 	for _, c := range []ticket.Code{ticket.CodeNotHeld, ticket.CodeWrongHolder, ticket.CodeWrongToken, ticket.CodeLeaseOver} {
-		mismatchCodes[c.String()] = c
+		m[c.String()] = c
 	}
-}
+	return m
+}()
 
 // writtenResponse encodes a committed write's outcome.
 func writtenResponse(out api.Written) forward.Response {
