@@ -29,6 +29,8 @@ type testCluster struct {
 	keys  map[string]ed25519.PrivateKey
 	trust map[string]string
 	nodes map[string]*clusterMember
+	// beforeStart, if set, edits each node's Deps before it starts.
+	beforeStart func(*Deps)
 }
 
 type clusterMember struct {
@@ -82,6 +84,9 @@ func (tc *testCluster) start(name, join string, expect int) *clusterMember {
 				DeadNodeReclaimTime: 200 * time.Millisecond}
 		},
 		started: func(addr string) { cm.gossip <- addr },
+	}
+	if tc.beforeStart != nil {
+		tc.beforeStart(&cm.an.deps)
 	}
 	var err error
 	cm.tn, err = tryStart(t, cm.an.cfg, cm.an.deps, false)

@@ -9,7 +9,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -58,17 +57,21 @@ type Deps struct {
 	// Transport carries Raft's RPCs; default: in-memory (single node).
 	Transport raft.Transport
 
-	built   func(*Node)   // tests in this package: the node, once built
+	built func(*Node) // tests in this package: the node, once built
+	// Reload asks the run loop to re-read what can change without a
+	// restart (SIGHUP): today the trust map (cluster.internode.
+	// trusted_peer_keys), from ReloadConfig. A bad new config is refused
+	// and the old one kept.
+	Reload       <-chan struct{}
+	ReloadConfig func() (Config, error)
+
 	cluster *clusterHooks // tests in this package: cluster library tuning
 }
 
-// Run runs a ticketd node until ctx ends or the node fails. It sets the
-// process umask to 077 first, so every file and directory the node (and
-// Raft's snapshot store) creates in the data dir is owner-only (issue 10).
-func Run(ctx context.Context, cfg Config) error {
-	syscall.Umask(0o077)
-	return RunWith(ctx, cfg, Deps{})
-}
+// Run runs a ticketd node until ctx ends or the node fails. Commands set
+// the process umask to 077 first (cmd/ticketd does), so every file and
+// directory the node and Raft's snapshot store create is owner-only.
+func Run(ctx context.Context, cfg Config) error { return RunWith(ctx, cfg, Deps{}) }
 
 // Node is one running ticketd; it is the API's Backend. Its goroutines —
 // the run loop (RunWith's), the HTTP server, the leadership watcher and the
@@ -256,6 +259,8 @@ func (n *Node) run(ctx context.Context, deps *Deps) (err error) {
 		case <-failed:
 			failed = nil // once; FAILED is terminal, the node serves 503s until stopped
 			n.clockFailed()
+		case <-deps.Reload:
+			n.reload(deps.ReloadConfig)
 		}
 	}
 }

@@ -60,30 +60,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ticketd: unexpected argument %q (every option is a flag; ticketd --help for usage)\n", fs.Arg(0))
 		return 2
 	}
-	cfg := node.DefaultConfig()
-	if *configPath != "" {
-		data, err := os.ReadFile(*configPath)
-		if err != nil {
-			fmt.Fprintf(stderr, "ticketd: --config: %v\n", err)
-			return 2
+	load := func() (node.Config, error) {
+		cfg := node.DefaultConfig()
+		if *configPath != "" {
+			data, err := os.ReadFile(*configPath)
+			if err != nil {
+				return cfg, fmt.Errorf("--config: %v", err)
+			}
+			if cfg, err = node.ParseConfig(data); err != nil {
+				return cfg, fmt.Errorf("%s: %v", *configPath, err)
+			}
 		}
-		if cfg, err = node.ParseConfig(data); err != nil {
-			fmt.Fprintf(stderr, "ticketd: %s: %v\n", *configPath, err)
-			return 2
+		if err := keys.Apply(&cfg); err != nil {
+			return cfg, err
 		}
+		if *dataDir != "" {
+			cfg.Cluster.Raft.DataDir = *dataDir
+		}
+		if *httpAddr != "" {
+			cfg.API.Addr = *httpAddr
+		}
+		cfg.Normalize()
+		return cfg, cfg.Validate()
 	}
-	if err := keys.Apply(&cfg); err != nil {
-		fmt.Fprintf(stderr, "ticketd: %v\n", err)
-		return 2
-	}
-	if *dataDir != "" {
-		cfg.Cluster.Raft.DataDir = *dataDir
-	}
-	if *httpAddr != "" {
-		cfg.API.Addr = *httpAddr
-	}
-	cfg.Normalize()
-	if err := cfg.Validate(); err != nil {
+	cfg, err := load()
+	if err != nil {
 		fmt.Fprintf(stderr, "ticketd: %v\n", err)
 		return 2
 	}
@@ -97,7 +98,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	log := newLogger(stderr, cfg.Log)
-	if err := node.RunWith(ctx, cfg, node.Deps{Logger: log}); err != nil {
+	// SIGHUP re-reads the config and applies the trust map (cluster mode).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	reload := make(chan struct{})
+	go func() {
+		for range hup {
+			select {
+			case reload <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	// Every file and directory the node creates is owner-only (issue 10).
+	syscall.Umask(0o077)
+	if err := node.RunWith(ctx, cfg, node.Deps{Logger: log, Reload: reload, ReloadConfig: load}); err != nil {
 		fmt.Fprintf(stderr, "ticketd: %v\n", err)
 		return exitCode(err)
 	}
