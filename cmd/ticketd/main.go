@@ -102,12 +102,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	reload := make(chan struct{})
+	reload, done := make(chan struct{}), make(chan struct{})
+	defer close(done)
 	go func() {
-		for range hup {
+		for {
+			select {
+			case <-hup:
+			case <-done:
+				return
+			}
 			select {
 			case reload <- struct{}{}:
-			case <-ctx.Done():
+			case <-done:
 				return
 			}
 		}
