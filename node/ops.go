@@ -240,6 +240,9 @@ func roleName(s raft.RaftState) string {
 
 // Members lists the Raft configuration (admin, api.Backend).
 func (n *Node) Members(ctx context.Context) ([]wire.Member, error) {
+	if n.cl != nil {
+		return n.clusterMembers()
+	}
 	r := n.raft()
 	if r == nil {
 		return nil, api.Unavailable(string(StageStarting), "starting", "raft is not open yet")
@@ -264,10 +267,18 @@ var errSingleNode = api.Refuse(api.KindConflict, "single_node",
 	"this is a single-node cluster (cluster.enabled: false): there is no other voter")
 
 // TransferLeadership has nowhere to go in single-node mode (api.Backend).
-func (n *Node) TransferLeadership(ctx context.Context, to string) error { return errSingleNode }
+func (n *Node) TransferLeadership(ctx context.Context, to string) error {
+	if n.cl != nil {
+		return n.clusterTransfer(ctx, to)
+	}
+	return errSingleNode
+}
 
 // RemoveMember cannot remove the only voter (api.Backend).
 func (n *Node) RemoveMember(ctx context.Context, id string) error {
+	if n.cl != nil {
+		return n.clusterRemove(ctx, id)
+	}
 	if id != n.cfg.Cluster.Name {
 		return api.Refuse(api.KindNotFound, "not_found", "no member %q", id)
 	}

@@ -159,13 +159,34 @@ func (p printer) members(m *wire.Members) {
 		return
 	}
 	w := p.table()
-	fmt.Fprintln(w, "ID\tADDRESS\tSUFFRAGE\tLEADER")
+	gossip := false
+	for _, x := range m.Members {
+		gossip = gossip || x.Gossip != ""
+	}
+	if !gossip {
+		fmt.Fprintln(w, "ID\tADDRESS\tSUFFRAGE\tLEADER")
+	} else {
+		fmt.Fprintln(w, "ID\tADDRESS\tSUFFRAGE\tLEADER\tGOSSIP\tDOMAIN\tCLOCK\tBOUND / Δ/2")
+	}
 	for _, x := range m.Members {
 		leader := ""
 		if x.Leader {
 			leader = "*"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", x.ID, x.Address, x.Suffrage, leader)
+		suff := x.Suffrage
+		if suff == "" {
+			suff = "-"
+		}
+		if !gossip {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", x.ID, x.Address, suff, leader)
+			continue
+		}
+		clock := x.Clock
+		if x.Retired {
+			clock += " (retired)"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d / %d ms\n", x.ID, x.Address, suff, leader,
+			dash(x.Gossip), dash(x.FailureDomain), dash(clock), x.ClockBoundMs, x.BoundLimitMs)
 	}
 	w.Flush()
 }
@@ -174,4 +195,11 @@ func printJSON(w io.Writer, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -143,8 +143,17 @@ type ClockStatus struct {
 type Member struct {
 	ID       string `json:"id"`
 	Address  string `json:"address"`
-	Suffrage string `json:"suffrage"` // voter, nonvoter
+	Suffrage string `json:"suffrage"` // voter, nonvoter, or "" (not in Raft: a gossip-only client)
 	Leader   bool   `json:"leader"`
+	// Cluster mode: what the member advertises in gossip (SPEC §5).
+	Gossip        string `json:"gossip,omitempty"`         // alive, suspect, dead, left; "" when not in gossip
+	Role          string `json:"role,omitempty"`           // as the member believes: voter, standby, client
+	FailureDomain string `json:"failure_domain,omitempty"` //
+	Clock         string `json:"clock,omitempty"`          // clock_check, healthy, failed
+	ClockBoundMs  uint64 `json:"clock_bound_ms,omitempty"` // its running bound
+	BoundLimitMs  uint64 `json:"bound_limit_ms,omitempty"` // Δ/2 it advertises
+	DeltaMs       uint64 `json:"delta_ms,omitempty"`
+	Retired       bool   `json:"retired,omitempty"`
 }
 
 // Members is the answer of GET /v1/cluster/members.

@@ -1,0 +1,69 @@
+package node
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tckclk/tckclk/node/api"
+)
+
+// formThree starts n1..n3 with bootstrap_expect 3 and returns the cluster
+// and its leader once exactly one node leads.
+func formThree(t *testing.T) (*testCluster, string) {
+	tc := newTestCluster(t, "n1", "n2", "n3")
+	first := tc.start("n1", "", 3)
+	tc.start("n2", first.gossipAddr(), 3)
+	tc.start("n3", first.gossipAddr(), 3)
+	var leader string
+	waitFor(t, "exactly one ready leader", 20*time.Second, func() bool {
+		ls := tc.leaders()
+		if len(ls) == 1 {
+			leader = ls[0]
+		}
+		return len(ls) == 1
+	})
+	return tc, leader
+}
+
+// Issue 12 item 7, SPEC §5: /v1/cluster/members shows every member with its
+// suffrage, gossip state, failure domain and clock bound against Δ/2; the
+// admin transfer moves leadership to the named voter; remove refuses the
+// leader itself and unknown ids.
+func TestClusterAdmin(t *testing.T) {
+	tc, leader := formThree(t)
+	ln := tc.nodes[leader].n
+	waitFor(t, "every member alive and healthy in gossip", 10*time.Second, func() bool {
+		ms, err := ln.Members(bg)
+		if err != nil || len(ms) != 3 {
+			return false
+		}
+		for _, m := range ms {
+			if m.Suffrage != "voter" || m.Gossip != "alive" || m.Clock != "healthy" || m.DeltaMs != 500 || m.BoundLimitMs != 250 ||
+				m.ClockBoundMs > m.BoundLimitMs || m.Leader != (m.ID == leader) {
+				return false
+			}
+		}
+		return true
+	})
+	if err := ln.RemoveMember(bg, leader); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("remove the leader itself: %v", err)
+	}
+	if err := ln.RemoveMember(bg, "nobody"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("remove an unknown id: %v", err)
+	}
+	to := "n1"
+	if leader == to {
+		to = "n2"
+	}
+	if err := tc.nodes[to].n.TransferLeadership(bg, leader); !errors.Is(err, api.ErrNotLeader) {
+		t.Fatalf("transfer from a follower: %v", err)
+	}
+	if err := ln.TransferLeadership(bg, to); err != nil {
+		t.Fatalf("transfer to %s: %v", to, err)
+	}
+	waitFor(t, to+" leads", 20*time.Second, func() bool {
+		ls := tc.leaders()
+		return len(ls) == 1 && ls[0] == to
+	})
+}
