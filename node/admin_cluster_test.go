@@ -67,3 +67,34 @@ func TestClusterAdmin(t *testing.T) {
 		return len(ls) == 1 && ls[0] == to
 	})
 }
+
+// Issue 12 item 6: stopping the leader (SIGTERM → ctx) hands leadership to
+// another voter before Raft closes: the survivors have a leader, the
+// stopped node returned nil, and what it granted is still there.
+func TestClusterGracefulStopHandsOff(t *testing.T) {
+	tc, leader := formThree(t)
+	lc := tc.nodes[leader]
+	g, err := lc.tn.c.Grant(bg, "kept", "h", 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lc.tn.stop(); err != nil {
+		t.Fatalf("the stopped leader returned %v", err)
+	}
+	if !lc.n.handedOff.Load() {
+		t.Fatal("the leader stopped without transferring its leadership")
+	}
+	tc.nodes[leader] = nil
+	var next string
+	waitFor(t, "a new leader among the survivors", 20*time.Second, func() bool {
+		ls := tc.leaders()
+		if len(ls) == 1 {
+			next = ls[0]
+		}
+		return len(ls) == 1
+	})
+	got, err := tc.nodes[next].tn.c.Get(bg, "kept")
+	if err != nil || got.Token != g.Token || got.Holder != "h" {
+		t.Fatalf("after the hand-off: %+v %v (want token %d)", got, err, g.Token)
+	}
+}

@@ -97,6 +97,7 @@ type Node struct {
 
 	barrierTerm   atomic.Uint64 // term in which this leader's Barrier committed
 	expiryRounds  atomic.Uint64 // rounds of the expiry loop (tests wait on it)
+	handedOff     atomic.Bool   // a stop transferred leadership (tests read it)
 	leaderChanges prometheus.Counter
 }
 
@@ -248,6 +249,15 @@ func (n *Node) run(ctx context.Context, deps *Deps) (err error) {
 	for {
 		select {
 		case <-ctx.Done():
+			// Graceful stop (issue 12 item 6): a cluster leader hands its
+			// leadership to another voter first, then in-flight requests
+			// finish (forwarding reaches the new leader), then Raft closes
+			// and the node leaves the gossip (the deferred calls).
+			n.stage.set(StageStopping, "")
+			if n.cl != nil {
+				n.handOffLeadership()
+			}
+			srv.stop()
 			return nil
 		case <-n.fsm.Stopped():
 			err = n.fatalError()
