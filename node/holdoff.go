@@ -42,6 +42,16 @@ func openHoldOff(dir *datadir.Dir, now, injected time.Time, deltaMs uint64) (*ho
 	if err != nil {
 		return nil, err
 	}
+	rec, err := dir.ReadRecovered()
+	if err != nil {
+		return nil, err
+	}
+	if rec != nil {
+		if u := time.UnixMilli(rec.HoldUntilMs); u.After(h.until) {
+			h.until = u
+			h.cause = "recovered from " + rec.From + " (SPEC 3.4: no old lease may overlap)"
+		}
+	}
 	if prior != nil {
 		h.pending.Store(true)
 		h.cause = prior.String()

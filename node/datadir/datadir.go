@@ -18,6 +18,9 @@ const (
 	// HighWaterFile records the Raft log's last index and term at each
 	// clean stop; a log found behind it is an older copy.
 	HighWaterFile = "raft-hwm"
+	// RecoveredFile marks a data dir built by `ticketd recover` (SPEC
+	// §3.4): Grant and Expire are refused until the instant it names.
+	RecoveredFile = "recovered"
 )
 
 // Error is a refusal because of the data dir's content or state: the file

@@ -214,3 +214,34 @@ func (d *Dir) Exists(name string) bool {
 	_, err := os.Lstat(filepath.Join(d.path, name))
 	return err == nil
 }
+
+// Recovered is what a recovered data dir's marker says.
+type Recovered struct {
+	From        string // the data dir it was recovered from
+	HoldUntilMs int64  // Grant and Expire refused until this wall ms
+}
+
+// WriteRecovered records that this dir was built by recovery from from,
+// holding Grant and Expire off until holdUntil.
+func (d *Dir) WriteRecovered(from string, holdUntil time.Time, lastIndex uint64) error {
+	body := "recovered by ticketd recover (SPEC 3.4)\n" +
+		"from: " + OneLine(from) + "\n" +
+		"last_index: " + strconv.FormatUint(lastIndex, 10) + "\n" +
+		"hold_until_unix_ms: " + strconv.FormatInt(holdUntil.UnixMilli(), 10) + "\n" +
+		"action: Grant and Expire are refused until hold_until (250 s + delta after the recovery), so no old lease can overlap\n"
+	return d.WriteMarker(RecoveredFile, body)
+}
+
+// ReadRecovered returns the recovery marker, or nil. An unreadable or
+// garbled one refuses the start (its hold-off instant is not known).
+func (d *Dir) ReadRecovered() (*Recovered, error) {
+	fields, ok, err := d.ReadMarker(RecoveredFile)
+	if err != nil || !ok {
+		return nil, err
+	}
+	until, err := strconv.ParseInt(fields["hold_until_unix_ms"], 10, 64)
+	if err != nil || until <= 0 {
+		return nil, &Error{File: d.File(RecoveredFile), Err: fmt.Errorf("no readable hold_until_unix_ms (refusing to start: the hold-off is unknown)")}
+	}
+	return &Recovered{From: fields["from"], HoldUntilMs: until}, nil
+}

@@ -1,0 +1,105 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/tckclk/tckclk/internal/config"
+	"github.com/tckclk/tckclk/node/consensus"
+	"github.com/tckclk/tckclk/node/datadir"
+	"github.com/tckclk/tckclk/node/ticket"
+	"github.com/tckclk/tckclk/protocol"
+)
+
+// RecoverOptions are `ticketd recover`'s inputs (SPEC §3.4).
+type RecoverOptions struct {
+	From    string // the retired (or single-node FAILED) data dir
+	To      string // the new data dir; must not exist or be empty
+	NodeID  string // the new NodeId: never used by the old cluster
+	Address string // its Raft address ("" = NodeID: a single node; cluster mode: its mesh address is learnt at start)
+	DeltaMs uint64 // the cluster's Δ; must equal the old state's
+	Now     time.Time
+	Logger  *slog.Logger
+}
+
+// RecoverResult says what was recovered.
+type RecoverResult struct {
+	Tickets      int
+	LastIndex    uint64 // every new fencing token is above it
+	HoldOffUntil time.Time
+}
+
+// ErrNotRetired: recover refuses a data dir whose node did not FAIL.
+var ErrNotRetired = errors.New("node: the source data dir is neither retired nor marked FAILED")
+
+// Recover builds a new data dir from the newest state of a retired one
+// (SPEC §3.4, whole-cluster recovery): a one-voter cluster under a new
+// NodeId that keeps every ticket with its absolute expiry, whose log
+// continues after the old one's last index (so new fencing tokens are above
+// every token ever issued), and that refuses Grant and Expire until 250 s +
+// Δ after the recovery. The old dir is read, never written (its lock keeps
+// a running node out).
+func Recover(o RecoverOptions) (RecoverResult, error) {
+	var res RecoverResult
+	if err := ticket.ValidName(o.NodeID); err != nil {
+		return res, config.Errorf("--node-id", "%v", err)
+	}
+	if err := protocol.ValidateDelta(o.DeltaMs); err != nil {
+		return res, config.Errorf("--delta-ms", "%v", err)
+	}
+	if o.From == "" || o.To == "" {
+		return res, config.Errorf("--from", "both --from and --data-dir are required")
+	}
+	if o.Address == "" {
+		o.Address = o.NodeID
+	}
+	if o.Now.IsZero() {
+		o.Now = time.Now()
+	}
+	if ents, err := os.ReadDir(o.To); err == nil && len(ents) > 0 {
+		return res, config.Errorf("--data-dir", "%s is not empty: recover writes a new data dir", o.To)
+	}
+	from, err := datadir.Open(o.From)
+	if err != nil {
+		return res, err
+	}
+	defer from.Close()
+	var re *datadir.RetiredError
+	switch err := from.CheckRetired(); {
+	case errors.As(err, &re):
+	case err != nil:
+		return res, err
+	default:
+		prior, err := from.ReadFailed()
+		if err != nil {
+			return res, err
+		}
+		if prior == nil {
+			return res, fmt.Errorf("%w: %s holds no retired or clock-failed marker; a healthy node restarts on its own data dir (recover is for a cluster whose every voter FAILED or was lost)", ErrNotRetired, o.From)
+		}
+	}
+	fsm := ticket.New(o.DeltaMs)
+	info, err := consensus.ReadState(from, fsm)
+	if err != nil {
+		return res, err
+	}
+	if info.OldServers[o.NodeID] {
+		return res, config.Errorf("--node-id", "%q was a member of the old cluster; a recovered cluster needs a NodeId never used before", o.NodeID)
+	}
+	to, err := datadir.Open(o.To)
+	if err != nil {
+		return res, err
+	}
+	defer to.Close()
+	if err := consensus.WriteRecovered(to, fsm, info, o.NodeID, o.Address, o.Logger); err != nil {
+		return res, err
+	}
+	res = RecoverResult{Tickets: info.Tickets, LastIndex: info.LastIndex, HoldOffUntil: o.Now.Add(holdOffFor(o.DeltaMs))}
+	if err := to.WriteRecovered(o.From, res.HoldOffUntil, info.LastIndex); err != nil {
+		return res, &datadir.Error{File: to.File(datadir.RecoveredFile), Err: err}
+	}
+	return res, nil
+}

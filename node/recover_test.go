@@ -1,0 +1,129 @@
+package node
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tckclk/tckclk/internal/config"
+	"github.com/tckclk/tckclk/node/api/client"
+	"github.com/tckclk/tckclk/node/api/wire"
+	"github.com/tckclk/tckclk/node/datadir"
+)
+
+// SPEC §3.4, whole-cluster recovery: `ticketd recover` builds a new data
+// dir from a retired one under a new NodeId. Every ticket keeps its holder,
+// token and absolute expiry; Grant and Expire are refused until 250 s + Δ
+// after the recovery; then a new grant's fencing token is above every token
+// the old cluster issued.
+func TestRecoverKeepsTicketsRaisesTokensHoldsOff(t *testing.T) {
+	old := filepath.Join(t.TempDir(), "old")
+	clk := newManualClock()
+	tn := startNode(t, testConfig(t, old), Deps{Wall: clk, Env: noEnv})
+	for _, name := range []string{"a", "b", "c"} {
+		if _, err := tn.c.Grant(bg, name, "h-"+name, 250); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tn.c.Release(bg, "b", "h-b", mustToken(t, tn, "b")); err != nil {
+		t.Fatal(err)
+	}
+	before := listAll(t, tn)
+	if err := tn.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	fresh := filepath.Join(t.TempDir(), "new")
+	// Refusals first: nothing is written.
+	if _, err := Recover(RecoverOptions{From: old, To: fresh, NodeID: "node-2", DeltaMs: 500, Now: clk.Now()}); !errors.Is(err, ErrNotRetired) {
+		t.Fatalf("recover from a healthy node's dir: %v", err)
+	}
+	d, err := datadir.Open(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.WriteRetired("clockhealth: FAILED (connect)"); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	var ce *config.Error
+	if _, err := Recover(RecoverOptions{From: old, To: fresh, NodeID: "node-1", DeltaMs: 500, Now: clk.Now()}); !errors.As(err, &ce) || ce.Path != "--node-id" {
+		t.Fatalf("recover under the old NodeId: %v", err)
+	}
+	if _, err := Recover(RecoverOptions{From: old, To: fresh, NodeID: "node-2", DeltaMs: 400, Now: clk.Now()}); err == nil || !strings.Contains(err.Error(), "Δ") {
+		t.Fatalf("recover with another Δ: %v", err)
+	}
+
+	res, err := Recover(RecoverOptions{From: old, To: fresh, NodeID: "node-2", DeltaMs: 500, Now: clk.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Tickets != len(before) {
+		t.Fatalf("recovered %d tickets, want %d", res.Tickets, len(before))
+	}
+	if _, err := Recover(RecoverOptions{From: old, To: fresh, NodeID: "node-3", DeltaMs: 500, Now: clk.Now()}); !errors.As(err, &ce) || ce.Path != "--data-dir" {
+		t.Fatalf("recover into a non-empty dir: %v", err)
+	}
+
+	cfg := testConfig(t, fresh)
+	cfg.Cluster.Name = "node-2"
+	rn, err := tryStart(t, cfg, Deps{Wall: clk, Env: noEnv}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cerr *client.Error
+	waitFor(t, "stage hold_off", 10*time.Second, func() bool {
+		_, err := rn.c.Ready(bg)
+		return errors.As(err, &cerr) && cerr.Stage == string(StageHoldOff)
+	})
+	st, err := rn.c.Status(bg)
+	if err != nil || !strings.Contains(st.HoldOffCause, "recovered from") || st.HoldOffUntilUnixMs < uint64(clk.Now().Add(250*time.Second).UnixMilli()) {
+		t.Fatalf("status %+v %v", st, err)
+	}
+	after := listAll(t, rn)
+	if len(after) != len(before) {
+		t.Fatalf("tickets after recovery %v, before %v", after, before)
+	}
+	for name, w := range before {
+		if after[name] != w {
+			t.Fatalf("ticket %s: %+v after, %+v before (expiry and token must be identical)", name, after[name], w)
+		}
+	}
+	if _, err := rn.c.Grant(bg, "d", "h", 30); !errors.As(err, &cerr) || cerr.Reason != "hold_off" {
+		t.Fatalf("grant during the recovery hold-off: %v", err)
+	}
+	clk.Advance(251 * time.Second)
+	g, err := rn.c.Grant(bg, "d", "h", 30)
+	if err != nil {
+		t.Fatalf("grant after the hold-off: %v", err)
+	}
+	for _, w := range before {
+		if g.Token <= w.Token || g.Token <= res.LastIndex {
+			t.Fatalf("new token %d not above old token %d / last index %d", g.Token, w.Token, res.LastIndex)
+		}
+	}
+}
+
+func mustToken(t *testing.T, tn *testNode, name string) uint64 {
+	t.Helper()
+	tk, err := tn.c.Get(bg, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk.Token
+}
+
+func listAll(t *testing.T, tn *testNode) map[string]wire.Ticket {
+	t.Helper()
+	l, err := tn.c.List(bg, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]wire.Ticket{}
+	for _, tk := range l.Tickets {
+		out[tk.Name] = tk
+	}
+	return out
+}
