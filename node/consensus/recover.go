@@ -150,4 +150,3 @@ func WriteRecovered(to *datadir.Dir, fsm *ticket.FSM, info RecoverInfo, newID, a
 	}
 	return writeHighWater(to, store, info.LastIndex)
 }
-
