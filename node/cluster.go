@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/internal/config"
+	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/cluster/identity"
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/cluster/mesh"
@@ -32,6 +33,7 @@ type clusterHooks struct {
 	mesh       func(*mesh.Config)
 	membership func(*membership.Config)
 	started    func(gossipAddr string) // after gossip started
+	ticker     clockhealth.TickerFunc  // the metadata refresh ticker ("meta"); default the system's
 }
 
 // validateCluster checks the cluster.* keys of a cluster node (files and
@@ -87,6 +89,9 @@ type clusterNode struct {
 	bootstrap membership.BootstrapState
 	rec       *reconcile.Runner // while this node leads
 	refused   string            // the last bootstrap refusal logged (logged once each)
+	uniform   bool              // uniform held once (SPEC §3.5): latched
+	mismatch  string            // the last Δ mismatch logged
+	ticker    clockhealth.TickerFunc
 }
 
 // advertised is membership's AdvertisedKey, bound after the mesh listens
@@ -191,19 +196,11 @@ func (cl *clusterNode) meta() membership.Meta {
 	cfg := &cl.n.cfg
 	m := membership.Meta{
 		MeshAddr: cl.mesh.Addr(), DeltaMs: uint16(cfg.Clock.DeltaMs), ProtocolVersion: protocol.Version,
-		ClockState: membership.ClockHealthy, RaftEligible: cl.eligible(), RaftPriority: int32(cfg.Cluster.Raft.Priority),
+		RaftEligible: cl.eligible(), RaftPriority: int32(cfg.Cluster.Raft.Priority), Role: cl.role(),
 		FailureDomain: cfg.Cluster.FailureDomain, BootstrapExpect: uint8(cfg.Cluster.Raft.BootstrapExpect), DataDirOK: true,
 	}
 	copy(m.PublicKey[:], cl.key.Public().(ed25519.PublicKey))
-	if !cl.eligible() {
-		m.Role = membership.RoleClient
-	}
-	if err := cl.n.guard.Check(); err != nil {
-		m.ClockState = membership.ClockCheck
-		if cl.n.clockErr() != nil {
-			m.ClockState = membership.ClockFailed
-		}
-	}
+	cl.clockMeta(&m)
 	cl.mu.Lock()
 	m.Bootstrap = cl.bootstrap
 	cl.mu.Unlock()
@@ -265,6 +262,13 @@ func (cl *clusterNode) run(ctx context.Context, cons *consensus.Raft) {
 	defer wg.Wait()
 	stopFwd := cl.fwd.serve(&wg)
 	defer stopFwd()
+	newTicker := cl.ticker
+	if newTicker == nil {
+		newTicker = clockhealth.SystemTicker
+	}
+	rctx, stopRefresh := context.WithCancel(ctx)
+	defer stopRefresh() // before wg.Wait (deferred earlier)
+	wg.Go(func() { cl.refreshLoop(rctx, newTicker) })
 	if cl.n.cfg.Cluster.Raft.BootstrapExpect == 1 {
 		cl.maybeBootstrap(cons)
 	}
@@ -297,7 +301,7 @@ func (cl *clusterNode) maybeBootstrap(cons *consensus.Raft) {
 		return
 	}
 	expect := cl.n.cfg.Cluster.Raft.BootstrapExpect
-	servers, why := bootstrapServers(cl.n.cfg.Cluster.Name, cl.mesh.Addr(), expect, cl.mem.Members())
+	servers, why := bootstrapServers(cl.n.cfg.Cluster.Name, cl.mesh.Addr(), expect, uint16(cl.n.cfg.Clock.DeltaMs), cl.mem.Members())
 	if servers == nil {
 		if why != "" && why != cl.refused {
 			cl.refused = why
@@ -327,7 +331,7 @@ func (cl *clusterNode) maybeBootstrap(cons *consensus.Raft) {
 // bootstrapServers is the voter set to bootstrap with, or nil and why not
 // ("" when simply still waiting). It is a pure function of the gossip view,
 // so every node of the same view computes the same set.
-func bootstrapServers(self, selfAddr string, expect int, members []membership.Member) ([]raft.Server, string) {
+func bootstrapServers(self, selfAddr string, expect int, deltaMs uint16, members []membership.Member) ([]raft.Server, string) {
 	if expect == 1 {
 		return []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(self), Address: raft.ServerAddress(selfAddr)}}, ""
 	}
@@ -339,6 +343,9 @@ func bootstrapServers(self, selfAddr string, expect int, members []membership.Me
 		switch m.Meta.Bootstrap {
 		case membership.BootstrapHasState, membership.BootstrapDone:
 			return nil, fmt.Sprintf("%s already bootstrapped or has Raft state (%s): waiting to be added by its leader", m.ID, m.Meta.Bootstrap)
+		}
+		if m.Meta.DeltaMs != deltaMs {
+			return nil, fmt.Sprintf("conflicting Δ: %s advertises %d ms, this node %d ms", m.ID, m.Meta.DeltaMs, deltaMs)
 		}
 		if m.Meta.BootstrapExpect == 0 {
 			continue
@@ -377,11 +384,14 @@ func (cl *clusterNode) runner() *reconcile.Runner {
 func (cl *clusterNode) reconcileMembers(rr *raft.Raft) []reconcile.Member {
 	var out []reconcile.Member
 	seen := map[string]bool{}
+	delta := cl.n.fsm.Delta()
 	for _, m := range cl.mem.Members() {
 		seen[m.ID] = true
 		alive := m.State == membership.StateAlive
+		// A node advertising another Δ never joins or votes (SPEC §3.5).
+		sameDelta := delta == 0 || uint64(m.Meta.DeltaMs) == delta
 		out = append(out, reconcile.Member{
-			ID: m.ID, Address: m.Meta.MeshAddr, Eligible: m.Meta.RaftEligible && m.Meta.Role != membership.RoleClient && m.Meta.DataDirOK,
+			ID: m.ID, Address: m.Meta.MeshAddr, Eligible: m.Meta.RaftEligible && m.Meta.Role != membership.RoleClient && m.Meta.DataDirOK && sameDelta,
 			Priority: int(m.Meta.RaftPriority), FailureDomain: m.Meta.FailureDomain, Alive: alive, RaftContact: alive,
 			ClockHealthy: m.Meta.ClockState == membership.ClockHealthy, Retired: m.Meta.Retired,
 		})
@@ -442,6 +452,9 @@ func (cl *clusterNode) open(h *clusterHooks) (*consensus.Raft, error) {
 	if err := cl.startMembership(h); err != nil {
 		_ = cons.Close()
 		return nil, err
+	}
+	if h != nil {
+		cl.ticker = h.ticker
 	}
 	cl.log.Info("cluster node started", "mesh", cl.mesh.Addr(), "gossip", cl.mem.LocalAddr(),
 		"bootstrap_expect", cl.n.cfg.Cluster.Raft.BootstrapExpect, "bootstrap", cl.meta().Bootstrap.String())

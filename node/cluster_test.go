@@ -55,6 +55,12 @@ func newTestCluster(t *testing.T, names ...string) *testCluster {
 // start starts name joining the gossip at join ("" for none) and waits
 // until its clock_check passed and gossip runs.
 func (tc *testCluster) start(name, join string, expect int) *clusterMember {
+	tc.t.Helper()
+	return tc.startWith(name, join, expect, nil)
+}
+
+// startWith is start with a config edit applied last.
+func (tc *testCluster) startWith(name, join string, expect int, edit func(*Config)) *clusterMember {
 	t := tc.t
 	t.Helper()
 	cm := &clusterMember{node: make(chan *Node, 1), gossip: make(chan string, 1)}
@@ -69,6 +75,9 @@ func (tc *testCluster) start(name, join string, expect int) *clusterMember {
 		c.Cluster.Internode.TrustedPeerKeys = tc.trust
 		c.Cluster.Raft.BootstrapExpect = expect
 		c.Cluster.Raft.ReconcileDebounce = 100 * time.Millisecond
+		if edit != nil {
+			edit(c)
+		}
 	})
 	cm.an.deps.built = func(n *Node) { cm.node <- n }
 	// memberlist's own goroutines may log a moment after Shutdown returns.
@@ -250,18 +259,18 @@ func TestClusterConfigRefusals(t *testing.T) {
 		var out []membership.Member
 		for i, e := range expects {
 			out = append(out, membership.Member{ID: fmt.Sprintf("n%d", i), State: membership.StateAlive,
-				Meta: membership.Meta{MeshAddr: fmt.Sprintf("127.0.0.1:%d", 9000+i), RaftEligible: true, BootstrapExpect: uint8(e), Bootstrap: membership.BootstrapWaiting}})
+				Meta: membership.Meta{MeshAddr: fmt.Sprintf("127.0.0.1:%d", 9000+i), DeltaMs: 500, RaftEligible: true, BootstrapExpect: uint8(e), Bootstrap: membership.BootstrapWaiting}})
 		}
 		return out
 	}
-	if s, why := bootstrapServers("n0", "x", 3, members(3, 2, 3)); s != nil || !strings.Contains(why, "conflicting bootstrap_expect") {
+	if s, why := bootstrapServers("n0", "x", 3, 500, members(3, 2, 3)); s != nil || !strings.Contains(why, "conflicting bootstrap_expect") {
 		t.Fatalf("conflicting expect: %v %q", s, why)
 	}
-	s, why := bootstrapServers("n0", "x", 3, members(3, 3, 3))
+	s, why := bootstrapServers("n0", "x", 3, 500, members(3, 3, 3))
 	if len(s) != 3 || why != "" || s[0].ID != "n0" || s[2].Address != "127.0.0.1:9002" {
 		t.Fatalf("three of three: %v %q", s, why)
 	}
-	if s, _ := bootstrapServers("n0", "x", 3, members(3, 3, 3, 3)); s != nil {
+	if s, _ := bootstrapServers("n0", "x", 3, 500, members(3, 3, 3, 3)); s != nil {
 		t.Fatalf("four advertising 3 bootstrapped: %v", s)
 	}
 }

@@ -148,15 +148,26 @@ func (n *Node) listLocal(ctx context.Context, prefix string, limit int) ([]ticke
 }
 
 // Readiness is /readyz (api.Backend): ready only at StageReady, as the
-// leader of the current term, with a healthy clock and no hold-off.
+// leader of the current term (a cluster node: once uniform, with a known
+// leader), with a healthy clock and no hold-off.
 // Otherwise the stage and why: clock_check with its progress, failed with
 // the SPEC §1.5 reason, hold_off with the instant.
 func (n *Node) Readiness() wire.Health {
 	stage, reason := n.stage.get()
 	h := wire.Health{Status: "unavailable", DevReference: n.mon != nil && n.cfg.Clock.DevReference}
+	notLeader := func() bool { return n.serving() != nil }
+	if n.cl != nil {
+		switch stage {
+		case StageRaft, StageReplay, StageUniform, StageReady, StageHoldOff:
+			// SPEC §3.5: uniform, then ready while a leader is known
+			// (followers forward); the clock and hold-off checks follow.
+			stage, reason, h.Detail = n.cl.readiness(reason)
+			notLeader = func() bool { return false }
+		}
+	}
 	switch stage {
 	case StageReady:
-		if err := n.serving(); err != nil {
+		if notLeader() {
 			stage, reason = StageRaft, "not the leader of the current term"
 		} else if err := n.clockOK(); err != nil {
 			var ae *api.Error

@@ -1,0 +1,235 @@
+package node
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/tckclk/tckclk/node/api/client"
+	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
+	"github.com/tckclk/tckclk/node/cluster/membership"
+	"github.com/tckclk/tckclk/node/cluster/reconcile"
+	"github.com/tckclk/tckclk/protocol"
+)
+
+// SPEC §3.5: uniform needs every voter alive, with the same Δ and protocol
+// version and a healthy clock sampled within the staleness window (plus Δ);
+// the first voter that is not (by NodeId) is named, and only a Δ
+// difference is a mismatch.
+func TestUniformWhy(t *testing.T) {
+	v := uniformView{deltaMs: 500, protocol: protocol.Version, nowMs: 10_000, staleMs: 3000}
+	good := func(id string) membership.Member {
+		return membership.Member{ID: id, State: membership.StateAlive, Meta: membership.Meta{
+			DeltaMs: 500, ProtocolVersion: protocol.Version, ClockState: membership.ClockHealthy, ClockSampleUnixMs: 9_000}}
+	}
+	with := func(id string, edit func(*membership.Member)) []membership.Member {
+		ms := []membership.Member{good("a"), good("b"), good("c")}
+		for i := range ms {
+			if ms[i].ID == id {
+				edit(&ms[i])
+			}
+		}
+		return ms
+	}
+	voters := []string{"c", "b", "a"}
+	for _, tt := range []struct {
+		name     string
+		voters   []string
+		members  []membership.Member
+		want     string
+		mismatch bool
+	}{
+		{"uniform", voters, with("", nil), "", false},
+		{"no voters", nil, with("", nil), "no voters known yet", false},
+		{"a voter not in gossip", []string{"a", "b", "z"}, with("", nil), "waiting for z (not alive in gossip)", false},
+		{"a voter dead", voters, with("b", func(m *membership.Member) { m.State = membership.StateDead }), "waiting for b (not alive", false},
+		{"Δ differs", voters, with("c", func(m *membership.Member) { m.Meta.DeltaMs = 400 }), "waiting for c (Δ 400 ≠ 500)", true},
+		{"protocol differs", voters, with("a", func(m *membership.Member) { m.Meta.ProtocolVersion = protocol.Version + 1 }), "waiting for a (protocol version", false},
+		{"clock failed", voters, with("b", func(m *membership.Member) { m.Meta.ClockState = membership.ClockFailed }), "waiting for b (clock failed)", false},
+		{"clock_check", voters, with("b", func(m *membership.Member) { m.Meta.ClockState = membership.ClockCheck }), "waiting for b (clock clock_check)", false},
+		{"stale sample", voters, with("a", func(m *membership.Member) { m.Meta.ClockSampleUnixMs = 10_000 - 3501 }), "waiting for a (clock sample 3501 ms old", false},
+		{"sample at the window's edge", voters, with("a", func(m *membership.Member) { m.Meta.ClockSampleUnixMs = 10_000 - 3500 }), "", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			why, mm := uniformWhy(v, tt.voters, tt.members)
+			if (tt.want == "") != (why == "") || !strings.HasPrefix(why, tt.want) || mm != tt.mismatch {
+				t.Fatalf("uniformWhy = %q, %v; want prefix %q, mismatch %v", why, mm, tt.want, tt.mismatch)
+			}
+		})
+	}
+	// Two bad voters: the first by NodeId is named.
+	ms := with("c", func(m *membership.Member) { m.Meta.DeltaMs = 400 })
+	ms[0].Meta.ClockState = membership.ClockFailed // a
+	if why, _ := uniformWhy(v, voters, ms); !strings.HasPrefix(why, "waiting for a ") {
+		t.Fatalf("two bad voters: %q, want a named first", why)
+	}
+}
+
+// waitReady waits until every named node answers /readyz ok.
+func (tc *testCluster) waitReady(names ...string) {
+	tc.t.Helper()
+	for _, name := range names {
+		cm := tc.nodes[name]
+		waitFor(tc.t, name+" ready", 20*time.Second, func() bool { _, err := cm.tn.c.Ready(bg); return err == nil })
+	}
+}
+
+// leader waits for exactly one ready leader and returns it.
+func (tc *testCluster) leader() string {
+	tc.t.Helper()
+	var leader string
+	waitFor(tc.t, "exactly one ready leader", 20*time.Second, func() bool {
+		ls := tc.leaders()
+		if len(ls) == 1 {
+			leader = ls[0]
+		}
+		return len(ls) == 1
+	})
+	return leader
+}
+
+// memberMeta is name's metadata as viewer's gossip sees it.
+func memberMeta(viewer *Node, name string) (membership.Meta, bool) {
+	for _, m := range viewer.cl.mem.Members() {
+		if m.ID == name {
+			return m.Meta, true
+		}
+	}
+	return membership.Meta{}, false
+}
+
+// SPEC §3.5: every node of a formed cluster becomes ready once uniform,
+// followers included (they forward); each advertises its role and a
+// healthy clock with its bound. A follower whose clock then fails
+// advertises FAILED at once (metadata refresh) and is not ready; the
+// others stay ready — another voter's FAILED does not take them down.
+func TestClusterFollowersReadyAfterUniform(t *testing.T) {
+	tc := newTestCluster(t, "n1", "n2", "n3")
+	first := tc.start("n1", "", 3)
+	tc.start("n2", first.gossipAddr(), 3)
+	tc.start("n3", first.gossipAddr(), 3)
+	leader := tc.leader()
+	tc.waitReady(tc.names...)
+	lc := tc.nodes[leader]
+	var victim string
+	var others []string
+	for _, name := range tc.names {
+		if name == leader {
+			continue
+		}
+		if victim == "" {
+			victim = name
+		} else {
+			others = append(others, name)
+		}
+	}
+	others = append(others, leader)
+	waitFor(t, "every node advertises its role", 10*time.Second, func() bool {
+		for _, name := range tc.names {
+			m, ok := memberMeta(lc.n, name)
+			if !ok || m.Role != membership.RoleVoter || m.ClockState != membership.ClockHealthy || m.ClockSampleUnixMs == 0 || m.ClockBoundMs == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	h, err := tc.nodes[victim].tn.c.Ready(bg)
+	if err != nil || h.Stage != string(StageReady) {
+		t.Fatalf("follower %s /readyz: %+v, %v", victim, h, err)
+	}
+
+	vc := tc.nodes[victim]
+	wrong := protocol.NewKey([]byte("another-secret-that-is-long-enough-000"))
+	vc.an.agent.SetHandler(func(req protocol.Request) clockhealthtest.Reply {
+		return clockhealthtest.Reply{Bytes: clockhealthtest.SignedLine(wrong, req.Nonce, uint64(vc.an.clk.WallNs()/1e6), 3, true, 100)}
+	})
+	if !vc.an.ts.Fire("probe", 5*time.Second) {
+		t.Fatal("probe ticker not taken")
+	}
+	waitFor(t, victim+" advertises a failed clock", 10*time.Second, func() bool {
+		m, ok := memberMeta(lc.n, victim)
+		return ok && m.ClockState == membership.ClockFailed
+	})
+	var ce *client.Error
+	if _, err := vc.tn.c.Ready(bg); !errors.As(err, &ce) || ce.StatusCode != 503 {
+		t.Fatalf("%s with a failed clock: /readyz %v", victim, err)
+	}
+	for _, name := range others {
+		if h, err := tc.nodes[name].tn.c.Ready(bg); err != nil {
+			t.Fatalf("%s after %s's clock failed: %+v, %v (another voter's FAILED must not take it down)", name, victim, h, err)
+		}
+	}
+	if _, err := tc.nodes[others[0]].tn.c.Grant(bg, "still", "h", 30); err != nil {
+		t.Fatalf("grant after one voter's clock failed: %v", err)
+	}
+}
+
+// SPEC §3.5, §5: a node configured with another Δ joining a formed cluster
+// never becomes ready, says why on /readyz (naming a voter and both Δ),
+// and is never added to Raft by the reconciler — while a node with the
+// right Δ that joins after it is added (so passes ran that saw it).
+func TestClusterDeltaMismatchNeverReady(t *testing.T) {
+	tc := newTestCluster(t, "n1", "n2", "n3", "odd", "even")
+	first := tc.start("n1", "", 3)
+	tc.start("n2", first.gossipAddr(), 3)
+	tc.start("n3", first.gossipAddr(), 3)
+	leader := tc.leader()
+	lc := tc.nodes[leader]
+	odd := tc.startWith("odd", first.gossipAddr(), 0, func(c *Config) { c.Clock.DeltaMs = 400 })
+	waitFor(t, "the leader sees odd alive", 10*time.Second, func() bool {
+		_, ok := memberMeta(lc.n, "odd")
+		return ok
+	})
+	var ce *client.Error
+	waitFor(t, "odd says delta_mismatch", 10*time.Second, func() bool {
+		_, err := odd.tn.c.Ready(bg)
+		return errors.As(err, &ce) && ce.Reason == reasonDeltaMismatch
+	})
+	if ce.Stage != string(StageUniform) || !strings.Contains(ce.Message, "(Δ 500 ≠ 400)") {
+		t.Fatalf("odd /readyz: stage %q, %q", ce.Stage, ce.Message)
+	}
+	tc.start("even", first.gossipAddr(), 0)
+	inConfig := func(id string) bool {
+		f := lc.n.raft().GetConfiguration()
+		if f.Error() != nil {
+			return false
+		}
+		for _, s := range f.Configuration().Servers {
+			if string(s.ID) == id {
+				return true
+			}
+		}
+		return false
+	}
+	waitFor(t, "even added to Raft", 15*time.Second, func() bool { return inConfig("even") })
+	waitFor(t, "the reconciler has no addition left", 15*time.Second, func() bool { return pendingAdds(lc.n) == 0 })
+	if inConfig("odd") {
+		t.Fatal("the reconciler added the node with another Δ")
+	}
+	tc.waitReady("even")
+	if _, err := odd.tn.c.Ready(bg); !errors.As(err, &ce) || ce.Reason != reasonDeltaMismatch {
+		t.Fatalf("odd after even joined: %v", err)
+	}
+	if got := lc.n.countMembers(raft.Voter); got != 3 {
+		t.Fatalf("voters = %d, want 3", got)
+	}
+}
+
+// pendingAdds counts the AddNonvoter changes the leader's reconciler would
+// still make on its current view (0: every addition was applied).
+func pendingAdds(n *Node) int {
+	rr := n.raft()
+	servers, err := reconcile.NewRaftAdapter(rr, time.Second).GetConfiguration()
+	if err != nil {
+		return -1
+	}
+	c := 0
+	for _, ch := range reconcile.Plan(reconcile.Input{Leader: n.cfg.Cluster.Name, Members: n.cl.reconcileMembers(rr), Config: servers, Limits: reconcile.DefaultLimits()}) {
+		if ch.Kind == reconcile.AddNonvoter {
+			c++
+		}
+	}
+	return c
+}
