@@ -87,6 +87,8 @@ type clusterNode struct {
 	bootstrap membership.BootstrapState
 	rec       *reconcile.Runner // while this node leads
 	refused   string            // the last bootstrap refusal logged (logged once each)
+
+	life lifecycle // clock-failure lifecycle (cluster_failed.go)
 }
 
 // advertised is membership's AdvertisedKey, bound after the mesh listens
@@ -124,6 +126,7 @@ func (n *Node) loadCluster() (*clusterNode, error) {
 	}
 	cl := &clusterNode{n: n, log: n.log.With("component", "cluster"), key: key, trust: trust, secret: secret}
 	cl.fwd.cl = cl
+	cl.initLifecycle()
 	return cl, nil
 }
 
@@ -207,6 +210,7 @@ func (cl *clusterNode) meta() membership.Meta {
 	cl.mu.Lock()
 	m.Bootstrap = cl.bootstrap
 	cl.mu.Unlock()
+	m.Retired = cl.life.retired.Load() // SPEC §3.4 (cluster_failed.go)
 	return m
 }
 
@@ -281,6 +285,7 @@ func (cl *clusterNode) run(ctx context.Context, cons *consensus.Raft) {
 			if r := cl.runner(); r != nil {
 				r.Trigger()
 			}
+			cl.life.poke() // the leader's retire watch (cluster_failed.go)
 		}
 	}
 }
@@ -407,7 +412,7 @@ func (cl *clusterNode) lead(ctx context.Context) {
 		cl.log.Warn("cluster.raft.max_voters is even; using the odd value below it", "max_voters", maxVoters)
 	}
 	r, err := reconcile.NewRunner(reconcile.RunnerConfig{
-		Raft: reconcile.NewRaftAdapter(rr, 5*time.Second), LocalID: cl.n.cfg.Cluster.Name, Members: func() []reconcile.Member { return cl.reconcileMembers(rr) },
+		Raft: reconcile.NewRaftAdapter(rr, 5*time.Second), LocalID: cl.n.cfg.Cluster.Name, Members: func() []reconcile.Member { return cl.withRetired(cl.reconcileMembers(rr)) },
 		Limits:   reconcile.Limits{MaxVoters: maxVoters, MaxStandbys: cl.n.cfg.Cluster.Raft.MaxStandbys},
 		Debounce: cl.n.cfg.Cluster.Raft.ReconcileDebounce, Logger: cl.log.With("component", "reconcile"),
 		Registerer: cl.n.reg,
