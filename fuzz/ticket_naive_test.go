@@ -15,9 +15,9 @@ import (
 // every decoded field.
 
 var (
-	naiveName   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
-	naiveHolder = regexp.MustCompile(`^[\x20-\x7e]{1,128}$`) // SPEC §4: printable ASCII, space included
-	naiveCRC    = crc32.MakeTable(crc32.Castagnoli)
+	naiveName      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+	naiveHolder    = regexp.MustCompile(`^[\x20-\x7e]{1,128}$`) // SPEC §4: printable ASCII, space included
+	naiveCRC       = crc32.MakeTable(crc32.Castagnoli)
 	naiveRetiredID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`) // cluster.name
 )
 
