@@ -23,11 +23,14 @@ package node
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/tckclk/tckclk/node/api"
+	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/cluster/reconcile"
 	"github.com/tckclk/tckclk/node/ticket"
@@ -241,4 +244,16 @@ func (cl *clusterNode) retireWatch(ctx context.Context) {
 		case <-cl.life.nudge:
 		}
 	}
+}
+
+// refuseClock is clockRefusal for this node's mode: in cluster mode a
+// FAILED clock retires the NodeId (no restart hold-off applies), and the
+// 503 says so.
+func (n *Node) refuseClock(err error) *api.Error {
+	var ce *clockhealth.Error
+	if n.cl == nil || !errors.As(err, &ce) {
+		return clockRefusal(err)
+	}
+	return api.Unavailable(string(StageFailed), string(ce.Reason),
+		"clock health FAILED (%s): %v; this NodeId is retired and will not serve again: bring a new node with a new NodeId", ce.Reason, err)
 }

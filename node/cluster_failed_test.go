@@ -156,8 +156,9 @@ func TestClusterLeaderClockFails(t *testing.T) {
 
 	// The failed node: 503 with the reason, Raft shut down, retired marker.
 	var ce *client.Error
-	if _, err := lc.tn.c.Grant(bg, "x", "h", 30); !errors.As(err, &ce) || ce.StatusCode != 503 || ce.Stage != string(StageFailed) || ce.Reason != string(protocol.ReasonOffset) {
-		t.Fatalf("grant on the failed node: %v, want 503 failed/offset", err)
+	if _, err := lc.tn.c.Grant(bg, "x", "h", 30); !errors.As(err, &ce) || ce.StatusCode != 503 || ce.Stage != string(StageFailed) || ce.Reason != string(protocol.ReasonOffset) ||
+		!strings.Contains(ce.Message, "new NodeId") {
+		t.Fatalf("grant on the failed node: %v, want 503 failed/offset saying to bring a new NodeId", err)
 	}
 	if _, err := lc.tn.c.Get(bg, "before"); !errors.As(err, &ce) || ce.StatusCode != 503 {
 		t.Fatalf("read on the failed node: %v, want 503", err)
@@ -286,5 +287,30 @@ func TestClusterLeaderFailoverGap(t *testing.T) {
 		trials, median, gaps[len(gaps)-1], gaps)
 	if median > time.Second || gaps[len(gaps)-1] > 3*time.Second {
 		t.Fatalf("median %v (target ≤ 1 s), max %v (bound 3 s)", median, gaps[len(gaps)-1])
+	}
+}
+
+// SPEC §3.4: a leader whose clock fails with no voter advertising a healthy
+// clock (both followers stopped) still retires and shuts Raft down.
+func TestClusterLeaderClockFailsAlone(t *testing.T) {
+	tc, leader := formThree(t)
+	lc := tc.nodes[leader]
+	for _, cm := range tc.others(leader) {
+		if err := cm.tn.stop(); err != nil {
+			t.Fatalf("stopping a follower: %v", err)
+		}
+	}
+	waitFor(t, leader+" sees the followers gone", 10*time.Second, func() bool { return aliveCount(lc.n) == 1 })
+	if _, ok := lc.n.cl.transferTarget(lc.n.raft()); ok {
+		t.Fatal("a transfer target among stopped followers")
+	}
+	lie(t, lc)
+	waitFor(t, leader+"'s Raft shut down", 10*time.Second, func() bool { return lc.n.raft().State() == raft.Shutdown })
+	if _, err := os.Stat(filepath.Join(lc.an.cfg.Cluster.Raft.DataDir, datadir.RetiredFile)); err != nil {
+		t.Fatalf("retired marker: %v", err)
+	}
+	var ce *client.Error
+	if _, err := lc.tn.c.Grant(bg, "x", "h", 30); !errors.As(err, &ce) || ce.StatusCode != 503 || ce.Stage != string(StageFailed) {
+		t.Fatalf("grant on the failed node: %v, want 503 failed", err)
 	}
 }
