@@ -36,6 +36,7 @@ func entrySeeds() [][]byte {
 		{Op: ticket.OpRelease, NowMs: now, Name: "a", Holder: "h", Token: 7},
 		{Op: ticket.OpGrant, NowMs: now, RecvMs: now, Name: "b", Holder: " spaced holder ", LeaseS: 1, ExpiryMs: now + 1000 + 500},
 		{Op: ticket.OpExpire, NowMs: now, Name: "a", Token: 7},
+		{Op: ticket.OpRetire, NowMs: now, NodeID: "node-3.dc_1"},
 	} {
 		b, err := ticket.EncodeEntry(&e)
 		if err != nil {

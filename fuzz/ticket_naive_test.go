@@ -15,9 +15,10 @@ import (
 // every decoded field.
 
 var (
-	naiveName   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
-	naiveHolder = regexp.MustCompile(`^[\x20-\x7e]{1,128}$`) // SPEC §4: printable ASCII, space included
-	naiveCRC    = crc32.MakeTable(crc32.Castagnoli)
+	naiveName      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+	naiveHolder    = regexp.MustCompile(`^[\x20-\x7e]{1,128}$`) // SPEC §4: printable ASCII, space included
+	naiveCRC       = crc32.MakeTable(crc32.Castagnoli)
+	naiveRetiredID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`) // cluster.name
 )
 
 // naiveKind is "" (accepted), "version", "checksum", "format" or "delta".
@@ -55,7 +56,7 @@ func naiveEntry(data []byte) (ticket.Entry, naiveKind) {
 	if len(data) == 0 {
 		return e, "format"
 	}
-	if data[0] != 1 {
+	if data[0] != 1 && data[0] != 2 { // 2 added Retire (op 6), its only version-2 op
 		return e, "version"
 	}
 	if len(data) < 14 {
@@ -108,11 +109,19 @@ func naiveEntry(data []byte) (ticket.Entry, naiveKind) {
 	case 5:
 		get(str(&e.Name))
 		get(u64(&e.Token))
+	case 6:
+		get(str(&e.NodeID))
 	default:
 		return ticket.Entry{}, "format"
 	}
-	if !ok || len(rest) != 0 {
+	if !ok || len(rest) != 0 || (e.Op == 6) != (body[0] == 2) {
 		return ticket.Entry{}, "format"
+	}
+	if e.Op == 6 {
+		if !naiveRetiredID.MatchString(e.NodeID) {
+			return ticket.Entry{}, "format"
+		}
+		return e, ""
 	}
 	if e.Op == 1 {
 		if e.DeltaMs < 2 || e.DeltaMs > 60000 {
@@ -140,6 +149,7 @@ func naiveEntry(data []byte) (ticket.Entry, naiveKind) {
 type naiveSnap struct {
 	delta, index uint64
 	tickets      []ticket.Ticket
+	retired      []string
 }
 
 func naiveSnapshot(data []byte) (naiveSnap, naiveKind) {
@@ -156,7 +166,8 @@ func naiveSnapshot(data []byte) (naiveSnap, naiveKind) {
 	if !ok {
 		return s, "format"
 	}
-	if binary.BigEndian.Uint16(ver) != 1 {
+	version := binary.BigEndian.Uint16(ver)
+	if version != 1 && version != 2 { // 2 added the retired NodeIds
 		return s, "version"
 	}
 	hdr, ok := cut(&b, 24)
@@ -196,6 +207,19 @@ func naiveSnapshot(data []byte) (naiveSnap, naiveKind) {
 			return s, "format"
 		}
 		s.tickets = append(s.tickets, t)
+	}
+	if version == 2 {
+		n, ok := cutU64(&b)
+		if !ok || n == 0 {
+			return s, "format"
+		}
+		for i := uint64(0); i < n; i++ {
+			id, ok := cutStr(&b)
+			if !ok || !naiveRetiredID.MatchString(id) || len(s.retired) > 0 && s.retired[len(s.retired)-1] >= id {
+				return s, "format"
+			}
+			s.retired = append(s.retired, id)
+		}
 	}
 	consumed := len(data) - len(b)
 	sum, ok := cut(&b, 4)

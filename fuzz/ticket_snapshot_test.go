@@ -3,6 +3,7 @@ package fuzz
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/tckclk/tckclk/node/ticket"
@@ -22,6 +23,9 @@ func snapshotSeeds() [][]byte {
 			fsm.Apply(idx, b)
 		}
 		apply(ticket.Entry{Op: ticket.OpInit, DeltaMs: 500})
+		for i := range n - 1 { // 0, 0 and 2 retired NodeIds: versions 1 and 2
+			apply(ticket.Entry{Op: ticket.OpRetire, NodeID: "node-" + string(rune('a'+i))})
+		}
 		now := uint64(1_700_000_000_001)
 		for i := range n {
 			name := string(rune('a' + i))
@@ -73,6 +77,9 @@ func checkSnapshot(t *testing.T, data []byte) {
 	}
 	if s.DeltaMs != ns.delta || s.Index != ns.index || len(s.Tickets) != len(ns.tickets) {
 		t.Fatalf("header differs: %d/%d/%d vs %d/%d/%d", s.DeltaMs, s.Index, len(s.Tickets), ns.delta, ns.index, len(ns.tickets))
+	}
+	if !slices.Equal(s.Retired, ns.retired) {
+		t.Fatalf("retired: %q vs %q", s.Retired, ns.retired)
 	}
 	for i := range s.Tickets {
 		if s.Tickets[i] != ns.tickets[i] {

@@ -8,24 +8,6 @@ import (
 	"github.com/tckclk/tckclk/node/api"
 )
 
-// formThree starts n1..n3 with bootstrap_expect 3 and returns the cluster
-// and its leader once exactly one node leads.
-func formThree(t *testing.T) (*testCluster, string) {
-	tc := newTestCluster(t, "n1", "n2", "n3")
-	first := tc.start("n1", "", 3)
-	tc.start("n2", first.gossipAddr(), 3)
-	tc.start("n3", first.gossipAddr(), 3)
-	var leader string
-	waitFor(t, "exactly one ready leader", 20*time.Second, func() bool {
-		ls := tc.leaders()
-		if len(ls) == 1 {
-			leader = ls[0]
-		}
-		return len(ls) == 1
-	})
-	return tc, leader
-}
-
 // Issue 12 item 7, SPEC §5: /v1/cluster/members shows every member with its
 // suffrage, gossip state, failure domain and clock bound against Δ/2; the
 // admin transfer moves leadership to the named voter; remove refuses the

@@ -132,6 +132,10 @@ func (n *Node) clockFailed() {
 		reason = string(ce.Reason)
 	}
 	n.stage.set(StageFailed, reason)
+	if n.cl != nil { // cluster mode: retire, hand leadership over, stop Raft (cluster_failed.go)
+		n.cl.clockFailed(reason)
+		return
+	}
 	if ce == nil {
 		return
 	}

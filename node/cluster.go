@@ -92,6 +92,8 @@ type clusterNode struct {
 	uniform   bool              // uniform held once (SPEC §3.5): latched
 	mismatch  string            // the last Δ mismatch logged
 	ticker    clockhealth.TickerFunc
+
+	life lifecycle // clock-failure lifecycle (cluster_failed.go)
 }
 
 // advertised is membership's AdvertisedKey, bound after the mesh listens
@@ -129,6 +131,7 @@ func (n *Node) loadCluster() (*clusterNode, error) {
 	}
 	cl := &clusterNode{n: n, log: n.log.With("component", "cluster"), key: key, trust: trust, secret: secret}
 	cl.fwd.cl = cl
+	cl.initLifecycle()
 	return cl, nil
 }
 
@@ -204,6 +207,7 @@ func (cl *clusterNode) meta() membership.Meta {
 	cl.mu.Lock()
 	m.Bootstrap = cl.bootstrap
 	cl.mu.Unlock()
+	m.Retired = cl.life.retired.Load() // SPEC §3.4 (cluster_failed.go)
 	return m
 }
 
@@ -285,6 +289,7 @@ func (cl *clusterNode) run(ctx context.Context, cons *consensus.Raft) {
 			if r := cl.runner(); r != nil {
 				r.Trigger()
 			}
+			cl.life.poke() // the leader's retire watch (cluster_failed.go)
 		}
 	}
 }
@@ -417,7 +422,7 @@ func (cl *clusterNode) lead(ctx context.Context) {
 		cl.log.Warn("cluster.raft.max_voters is even; using the odd value below it", "max_voters", maxVoters)
 	}
 	r, err := reconcile.NewRunner(reconcile.RunnerConfig{
-		Raft: reconcile.NewRaftAdapter(rr, 5*time.Second), LocalID: cl.n.cfg.Cluster.Name, Members: func() []reconcile.Member { return cl.reconcileMembers(rr) },
+		Raft: reconcile.NewRaftAdapter(rr, 5*time.Second), LocalID: cl.n.cfg.Cluster.Name, Members: func() []reconcile.Member { return cl.withRetired(cl.reconcileMembers(rr)) },
 		Limits:   reconcile.Limits{MaxVoters: maxVoters, MaxStandbys: cl.n.cfg.Cluster.Raft.MaxStandbys},
 		Debounce: cl.n.cfg.Cluster.Raft.ReconcileDebounce, Logger: cl.log.With("component", "reconcile"),
 		Registerer: cl.n.reg,

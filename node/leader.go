@@ -135,6 +135,7 @@ func (n *Node) lead(ctx context.Context) {
 	if n.cl != nil {
 		var wg sync.WaitGroup
 		wg.Go(func() { n.cl.lead(ctx) })
+		wg.Go(func() { n.cl.retireWatch(ctx) }) // SPEC §3.4 (cluster_failed.go)
 		defer wg.Wait()
 	}
 	n.expiryLoop(ctx)

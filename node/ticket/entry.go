@@ -9,9 +9,21 @@ import (
 	"math"
 )
 
-// EntryVersion is the log-entry format this code writes and the only one it
-// reads. Another version stops the node (SPEC §4: never a skip).
-const EntryVersion = 1
+// EntryVersion is the newest log-entry format this code writes and reads.
+// Version 2 added OpRetire (SPEC §3.4); it reads version 1 too. Each entry
+// is written in the oldest version that has its op (versionFor), so a node
+// of the previous release keeps reading everything but a Retire entry, and
+// every accepted entry re-encodes to the same bytes. Any other version
+// stops the node (SPEC §4: never a skip).
+const EntryVersion = 2
+
+// versionFor is the version an entry with op is written in.
+func versionFor(op Op) byte {
+	if op == OpRetire {
+		return 2
+	}
+	return 1
+}
 
 // Op is the operation a log entry carries.
 type Op uint8
@@ -23,6 +35,9 @@ const (
 	OpRenew   Op = 3
 	OpRelease Op = 4
 	OpExpire  Op = 5
+	// OpRetire records a NodeId whose clock FAILED after it joined (SPEC
+	// §3.4): never added to the configuration again (entry version 2).
+	OpRetire Op = 6
 )
 
 func (o Op) String() string {
@@ -37,6 +52,8 @@ func (o Op) String() string {
 		return "release"
 	case OpExpire:
 		return "expire"
+	case OpRetire:
+		return "retire"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
@@ -73,6 +90,7 @@ func entryErr(kind error, format string, args ...any) *DecodeError {
 //	Renew   Name Holder Token LeaseS RecvMs ExpiryMs
 //	Release Name Holder Token
 //	Expire  Name Token
+//	Retire  NodeID
 //
 // NowMs is the proposer's wall time in ms: rounded up for Grant and Renew,
 // rounded down for Expire. RecvMs is the wall ms (rounded down) at which the
@@ -89,6 +107,7 @@ type Entry struct {
 	LeaseS   uint8
 	RecvMs   uint64
 	ExpiryMs uint64
+	NodeID   string // Retire: the retired NodeId
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -116,6 +135,8 @@ func (e *Entry) Validate() error {
 			return fmt.Errorf("init delta_ms %d is outside %d..=%d", e.DeltaMs, protocol.MinDeltaMs, protocol.MaxDeltaMs)
 		}
 		return nil
+	case OpRetire:
+		return ValidNodeID(e.NodeID)
 	case OpGrant, OpRenew, OpRelease, OpExpire:
 	default:
 		return fmt.Errorf("unknown op %d", uint8(e.Op))
@@ -161,7 +182,7 @@ func EncodeEntry(e *Entry) ([]byte, error) {
 
 func appendEntry(b []byte, e *Entry) []byte {
 	start := len(b)
-	b = append(b, EntryVersion, byte(e.Op))
+	b = append(b, versionFor(e.Op), byte(e.Op))
 	b = binary.BigEndian.AppendUint64(b, e.NowMs)
 	switch e.Op {
 	case OpInit:
@@ -186,6 +207,8 @@ func appendEntry(b []byte, e *Entry) []byte {
 	case OpExpire:
 		b = appendStr(b, e.Name)
 		b = binary.BigEndian.AppendUint64(b, e.Token)
+	case OpRetire:
+		b = appendStr(b, e.NodeID)
 	}
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
 }
@@ -202,8 +225,8 @@ func DecodeEntry(b []byte) (Entry, error) {
 	if len(b) < 1 {
 		return e, entryErr(ErrFormat, "empty")
 	}
-	if b[0] != EntryVersion {
-		return e, entryErr(ErrVersion, "version %d; this node reads version %d only", b[0], EntryVersion)
+	if b[0] < 1 || b[0] > EntryVersion {
+		return e, entryErr(ErrVersion, "version %d; this node reads versions 1..=%d", b[0], EntryVersion)
 	}
 	if len(b) < entryHeader+entryTrailer {
 		return e, entryErr(ErrFormat, "%d bytes is shorter than the %d-byte minimum", len(b), entryHeader+entryTrailer)
@@ -227,8 +250,13 @@ func DecodeEntry(b []byte) (Entry, error) {
 		e.Name, e.Holder, e.Token = r.str(), r.str(), r.u64()
 	case OpExpire:
 		e.Name, e.Token = r.str(), r.u64()
+	case OpRetire:
+		e.NodeID = r.str()
 	default:
 		return Entry{}, entryErr(ErrFormat, "unknown op %d", body[1])
+	}
+	if v := versionFor(e.Op); body[0] != v {
+		return Entry{}, entryErr(ErrFormat, "%s is a version-%d entry, not version %d", e.Op, v, body[0])
 	}
 	if r.short {
 		return Entry{}, entryErr(ErrFormat, "%s body is truncated", e.Op)

@@ -24,7 +24,7 @@ func TestEntryRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: encode: %v", e.Op, err)
 		}
-		if b[0] != EntryVersion {
+		if b[0] != versionFor(e.Op) {
 			t.Fatalf("%s: version byte %d", e.Op, b[0])
 		}
 		got, err := DecodeEntry(b)
@@ -59,7 +59,8 @@ func TestDecodeEntryRefuses(t *testing.T) {
 	}{
 		{"empty", nil, ErrFormat, "empty"},
 		{"version 0", edit(func(b []byte) []byte { b[0] = 0; return reseal(b) }), ErrVersion, "version 0"},
-		{"version 2", edit(func(b []byte) []byte { b[0] = 2; return reseal(b) }), ErrVersion, "version 2"},
+		{"version 3", edit(func(b []byte) []byte { b[0] = 3; return reseal(b) }), ErrVersion, "version 3"},
+		{"grant as version 2", edit(func(b []byte) []byte { b[0] = 2; return reseal(b) }), ErrFormat, "grant is a version-1 entry"},
 		{"version 9 unsealed", edit(func(b []byte) []byte { b[0] = 9; return b }), ErrVersion, "version 9"},
 		{"short", good[:8], ErrFormat, "shorter"},
 		{"flipped body bit", edit(func(b []byte) []byte { b[12] ^= 1; return b }), ErrChecksum, "CRC-32C"},

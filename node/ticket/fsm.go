@@ -93,7 +93,8 @@ type FSM struct {
 	delta   uint64 // replicated Δ; 0 until the Init entry
 	index   uint64 // last applied command index
 	tickets map[string]*item
-	heap    []*item // min-heap on ExpiryMs, for the leader's expiry loop
+	heap    []*item         // min-heap on ExpiryMs, for the leader's expiry loop
+	retired map[string]bool // NodeIds retired by OpRetire (SPEC §3.4)
 
 	fatal   error
 	fatalCh chan struct{}
@@ -101,7 +102,7 @@ type FSM struct {
 
 // New returns an empty FSM for a node configured with Δ = deltaMs.
 func New(deltaMs uint64) *FSM {
-	return &FSM{expect: deltaMs, tickets: map[string]*item{}, fatalCh: make(chan struct{})}
+	return &FSM{expect: deltaMs, tickets: map[string]*item{}, retired: map[string]bool{}, fatalCh: make(chan struct{})}
 }
 
 // Fatal returns the error that stopped the FSM, or nil.
@@ -149,6 +150,13 @@ func (f *FSM) apply(index uint64, e *Entry) Result {
 			return f.fail(&ApplyError{Index: index, Err: fmt.Errorf("%w: the cluster's Δ is %d ms, this node is configured with %d ms (changing Δ means a new cluster)", ErrDeltaMismatch, e.DeltaMs, f.expect)})
 		}
 		f.delta = e.DeltaMs
+		return Result{Code: CodeOK}
+	}
+	if e.Op == OpRetire {
+		if f.retired[e.NodeID] {
+			return Result{Code: CodeExisting}
+		}
+		f.retired[e.NodeID] = true
 		return Result{Code: CodeOK}
 	}
 	cur := f.tickets[e.Name]
@@ -239,6 +247,25 @@ func (f *FSM) Delta() uint64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.delta
+}
+
+// IsRetired reports whether id was retired (an applied OpRetire).
+func (f *FSM) IsRetired(id string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.retired[id]
+}
+
+// Retired returns the retired NodeIds, sorted.
+func (f *FSM) Retired() []string {
+	f.mu.RLock()
+	out := make([]string, 0, len(f.retired))
+	for id := range f.retired {
+		out = append(out, id)
+	}
+	f.mu.RUnlock()
+	slices.Sort(out)
+	return out
 }
 
 // ConfiguredDelta returns the Δ this FSM was built for.

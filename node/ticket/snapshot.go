@@ -23,12 +23,19 @@ import (
 //	per ticket, names strictly increasing:
 //	  u8 len, name; u8 len, holder; u64 token; u8 lease_s;
 //	  u64 valid_before_ms; u64 expiry_ms
+//	version 2 only (SPEC §3.4):
+//	u64         retired NodeId count (≥ 1)
+//	per NodeId, strictly increasing: u8 len, NodeId
 //	u32         CRC-32C of every byte before it
 //
-// Nothing may follow the checksum.
+// Nothing may follow the checksum. A snapshot is written in version 1 when
+// no NodeId is retired (a node of the previous release can install it),
+// else in version 2; ReadSnapshot reads both and refuses a version 2 with
+// no retired NodeId (not what WriteTo writes: every accepted snapshot
+// re-encodes to the same bytes).
 const (
 	SnapshotMagic   = "TCKTSNAP"
-	SnapshotVersion = 1
+	SnapshotVersion = 2
 )
 
 // Snapshot is a point-in-time copy of the state, safe to write while the
@@ -37,6 +44,7 @@ type Snapshot struct {
 	DeltaMs uint64
 	Index   uint64
 	Tickets []Ticket // sorted by name once written or decoded
+	Retired []string // retired NodeIds, sorted
 }
 
 // Snapshot copies the state. It refuses once the FSM has stopped, so a
@@ -54,6 +62,10 @@ func (f *FSM) Snapshot() (*Snapshot, error) {
 	for _, it := range f.tickets {
 		s.Tickets = append(s.Tickets, it.Ticket)
 	}
+	for id := range f.retired {
+		s.Retired = append(s.Retired, id)
+	}
+	slices.Sort(s.Retired)
 	return s, nil
 }
 
@@ -65,7 +77,14 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	cw := &crcWriter{w: bufio.NewWriterSize(w, 1<<16), h: crc32.New(castagnoli)}
 	buf := make([]byte, 0, 2*MaxNameLen+64)
 	buf = append(buf, SnapshotMagic...)
-	buf = binary.BigEndian.AppendUint16(buf, SnapshotVersion)
+	if !slices.IsSorted(s.Retired) {
+		slices.Sort(s.Retired)
+	}
+	version := uint16(1)
+	if len(s.Retired) > 0 {
+		version = 2
+	}
+	buf = binary.BigEndian.AppendUint16(buf, version)
 	buf = binary.BigEndian.AppendUint64(buf, s.DeltaMs)
 	buf = binary.BigEndian.AppendUint64(buf, s.Index)
 	buf = binary.BigEndian.AppendUint64(buf, uint64(len(s.Tickets)))
@@ -80,6 +99,15 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		buf = append(buf, t.LeaseS)
 		buf = binary.BigEndian.AppendUint64(buf, t.ValidBeforeMs)
 		buf = binary.BigEndian.AppendUint64(buf, t.ExpiryMs)
+		if err := cw.write(buf); err != nil {
+			return cw.n, err
+		}
+	}
+	if version == 2 {
+		buf = binary.BigEndian.AppendUint64(buf[:0], uint64(len(s.Retired)))
+		for _, id := range s.Retired {
+			buf = appendStr(buf, id)
+		}
 		if err := cw.write(buf); err != nil {
 			return cw.n, err
 		}
@@ -126,8 +154,9 @@ func ReadSnapshot(r io.Reader) (*Snapshot, error) {
 	if err := sr.full(hdr[8:10]); err != nil {
 		return nil, err
 	}
-	if v := binary.BigEndian.Uint16(hdr[8:10]); v != SnapshotVersion {
-		return nil, snapErr(ErrVersion, "version %d; this node reads version %d only", v, SnapshotVersion)
+	version := binary.BigEndian.Uint16(hdr[8:10])
+	if version < 1 || version > SnapshotVersion {
+		return nil, snapErr(ErrVersion, "version %d; this node reads versions 1..=%d", version, SnapshotVersion)
 	}
 	if err := sr.full(hdr[10:]); err != nil {
 		return nil, err
@@ -167,6 +196,11 @@ func ReadSnapshot(r io.Reader) (*Snapshot, error) {
 		}
 		s.Tickets = append(s.Tickets, t)
 	}
+	if version == 2 {
+		if err := sr.retired(s); err != nil {
+			return nil, err
+		}
+	}
 	want := sr.h.Sum32()
 	var sum [4]byte
 	if err := sr.full(sum[:]); err != nil {
@@ -204,6 +238,32 @@ func checkTicket(t *Ticket, s *Snapshot, i uint64) error {
 	}
 	if lo, ok := protocol.AddSat(t.ValidBeforeMs, s.DeltaMs); !ok || t.ExpiryMs < lo {
 		return bad("expiry %d is earlier than valid_before %d + Δ %d", t.ExpiryMs, t.ValidBeforeMs, s.DeltaMs)
+	}
+	return nil
+}
+
+// retired reads version 2's retired NodeIds into s.
+func (sr *snapReader) retired(s *Snapshot) error {
+	var n [8]byte
+	if err := sr.full(n[:]); err != nil {
+		return err
+	}
+	count := binary.BigEndian.Uint64(n[:])
+	if count == 0 {
+		return snapErr(ErrFormat, "version 2 with no retired NodeId (written as version 1)")
+	}
+	for i := uint64(0); i < count; i++ { // never allocates from count
+		id, err := sr.str()
+		if err != nil {
+			return err
+		}
+		if err := ValidNodeID(id); err != nil {
+			return snapErr(ErrFormat, "retired NodeId %d: %v", i, err)
+		}
+		if i > 0 && s.Retired[i-1] >= id {
+			return snapErr(ErrFormat, "retired NodeId %d (%q): not strictly increasing", i, id)
+		}
+		s.Retired = append(s.Retired, id)
 	}
 	return nil
 }
@@ -267,7 +327,11 @@ func (f *FSM) Restore(r io.Reader) error {
 		tickets[t.Name] = it
 		heap = append(heap, it)
 	}
-	f.tickets, f.heap = tickets, heap
+	retired := make(map[string]bool, len(s.Retired))
+	for _, id := range s.Retired {
+		retired[id] = true
+	}
+	f.tickets, f.heap, f.retired = tickets, heap, retired
 	for i, it := range f.heap {
 		it.hidx = i
 	}

@@ -60,3 +60,21 @@ func ValidLease(leaseS int64) error {
 	}
 	return nil
 }
+
+// MaxNodeIDLen is the longest NodeId (cluster.name).
+const MaxNodeIDLen = 64
+
+// ValidNodeID checks a NodeId as cluster.name allows it: 1..=64 of letters,
+// digits, '-', '_' and '.'.
+func ValidNodeID(id string) error {
+	if id == "" || len(id) > MaxNodeIDLen {
+		return fmt.Errorf("node id is %d bytes; it must be 1..=%d", len(id), MaxNodeIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("node id has byte 0x%02x; use letters, digits, '-', '_' and '.'", c)
+		}
+	}
+	return nil
+}

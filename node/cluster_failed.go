@@ -1,0 +1,259 @@
+package node
+
+// The clock-failure lifecycle of a cluster node (SPEC §3.4, issue 12 item
+// 3). A node whose clock goes FAILED after clock_check:
+//
+//  1. has already stopped proposing (every Grant, Renew and Expire checks
+//     the guard first) and answers 503 with the reason (stage failed);
+//  2. writes the `retired` marker into its data dir (a restart refuses and
+//     says to bring a new NodeId; the single-node FAILED marker is not
+//     used in cluster mode);
+//  3. advertises Retired and its FAILED clock in gossip;
+//  4. if it leads: records its own NodeId retired in the replicated state
+//     (OpRetire, which does not depend on the clock), transfers leadership
+//     to a voter whose gossip shows a healthy clock, bounded by
+//     transferTimeout; then (leader or not) shuts Raft down.
+//
+// Any leader also records as retired every member whose gossip shows a
+// FAILED clock or the Retired flag (a follower that failed), and the
+// reconciler treats every NodeId the replicated state holds retired as
+// retired: it is never added or promoted and is removed from the
+// configuration. A retired NodeId that comes back (a new data dir under an
+// old name) is refused at the reconciler, which never adds it, and logged.
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/tckclk/tckclk/node/api"
+	"github.com/tckclk/tckclk/node/clockhealth"
+	"github.com/tckclk/tckclk/node/cluster/membership"
+	"github.com/tckclk/tckclk/node/cluster/reconcile"
+	"github.com/tckclk/tckclk/node/ticket"
+)
+
+// Bounds of the failure path: each step ends by itself, so a FAILED node
+// always reaches Raft shutdown.
+const (
+	retireProposeTimeout = time.Second     // the failing leader's own OpRetire
+	transferTimeout      = 2 * time.Second // LeadershipTransferToServer
+	advertiseTimeout     = time.Second     // gossip UpdateMeta after FAILED
+)
+
+// lifecycle is a cluster node's clock-failure state (clusterNode.life).
+type lifecycle struct {
+	retired atomic.Bool   // this node's clock FAILED after clock_check
+	nudge   chan struct{} // membership changed: the leader's retire watch looks again
+
+	mu     sync.Mutex
+	logged map[string]bool // retired NodeIds seen trying to rejoin (logged once each)
+}
+
+// poke wakes the leader's retire watch (never blocks).
+func (l *lifecycle) poke() {
+	if l.nudge == nil {
+		return
+	}
+	select {
+	case l.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// initLifecycle prepares cl.life; loadCluster's caller runs it once.
+func (cl *clusterNode) initLifecycle() {
+	cl.life.nudge = make(chan struct{}, 1)
+	cl.life.logged = map[string]bool{}
+}
+
+// clockFailed is cluster mode's reaction to a FAILED clock, on the run
+// loop's goroutine (the stage is already failed). It returns once Raft is
+// shut down; the process then serves 503s until stopped.
+func (cl *clusterNode) clockFailed(reason string) {
+	cl.life.retired.Store(true)
+	n := cl.n
+	if err := n.dir.WriteRetired(reason); err != nil {
+		cl.log.Error("clock FAILED but the retired marker could not be written: never start this node on this data dir again; bring a new NodeId",
+			"dir", n.dir.Path(), "err", err)
+	} else {
+		cl.log.Error("clock FAILED: this NodeId is retired; a restart on this data dir is refused (bring a new NodeId)",
+			"marker", "retired", "reason", reason)
+	}
+	if rr := n.raft(); rr != nil {
+		if rr.State() == raft.Leader {
+			cl.retireSelf()
+			cl.transferLeadership(rr)
+		}
+		if err := rr.Shutdown().Error(); err != nil {
+			cl.log.Warn("raft shutdown after FAILED", "err", err)
+		} else {
+			cl.log.Info("raft shut down after FAILED")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), advertiseTimeout)
+	defer cancel()
+	if cl.mem != nil {
+		if err := cl.mem.UpdateMeta(ctx); err != nil {
+			cl.log.Warn("advertising the FAILED clock", "err", err)
+		}
+	}
+}
+
+// retireSelf records this leader's NodeId as retired before it hands
+// leadership over. The entry carries no time, so a FAILED clock does not
+// taint it; if it fails the next leader records it from gossip.
+func (cl *clusterNode) retireSelf() {
+	id := cl.n.cfg.Cluster.Name
+	ctx, cancel := context.WithTimeout(context.Background(), retireProposeTimeout)
+	defer cancel()
+	if err := cl.proposeRetire(ctx, id); err != nil {
+		cl.log.Warn("recording this NodeId retired failed; the next leader records it from gossip", "node_id", id, "err", err)
+	}
+}
+
+// proposeRetire appends OpRetire{id}.
+func (cl *clusterNode) proposeRetire(ctx context.Context, id string) error {
+	data, err := ticket.EncodeEntry(&ticket.Entry{Op: ticket.OpRetire, NodeID: id})
+	if err != nil {
+		return err
+	}
+	res, err := cl.n.propose(ctx, data)
+	if err != nil {
+		return err
+	}
+	switch res.Code {
+	case ticket.CodeOK:
+		cl.log.Warn("NodeId recorded retired in the replicated state", "node_id", id)
+	case ticket.CodeExisting:
+	default:
+		return res.Err
+	}
+	return nil
+}
+
+// transferTarget picks the voter to hand leadership to: another voter of
+// the configuration, alive in gossip with a healthy clock and not retired;
+// the highest raft.priority wins, then the lowest NodeId.
+func (cl *clusterNode) transferTarget(rr *raft.Raft) (raft.Server, bool) {
+	f := rr.GetConfiguration()
+	if f.Error() != nil {
+		return raft.Server{}, false
+	}
+	members := map[string]membership.Member{}
+	for _, m := range cl.mem.Members() {
+		members[m.ID] = m
+	}
+	var best raft.Server
+	bestPrio, found := int32(0), false
+	for _, s := range f.Configuration().Servers {
+		m, ok := members[string(s.ID)]
+		if s.Suffrage != raft.Voter || string(s.ID) == cl.n.cfg.Cluster.Name || !ok || !healthyPeer(m) || cl.n.fsm.IsRetired(m.ID) {
+			continue
+		}
+		p := m.Meta.RaftPriority
+		if !found || p > bestPrio || p == bestPrio && s.ID < best.ID {
+			best, bestPrio, found = s, p, true
+		}
+	}
+	return best, found
+}
+
+// healthyPeer: alive, clock healthy, not advertising retired.
+func healthyPeer(m membership.Member) bool {
+	return m.State == membership.StateAlive && m.Meta.ClockState == membership.ClockHealthy && !m.Meta.Retired
+}
+
+// transferLeadership hands leadership to a healthy voter, waiting at most
+// transferTimeout; the caller shuts Raft down whatever the outcome (which
+// also ends a transfer still running).
+func (cl *clusterNode) transferLeadership(rr *raft.Raft) {
+	target, ok := cl.transferTarget(rr)
+	if !ok {
+		cl.log.Error("clock FAILED on the leader and no voter advertises a healthy clock: shutting Raft down without a transfer")
+		return
+	}
+	start := time.Now()
+	done := make(chan error, 1) // buffered: the future's goroutine never blocks
+	fut := rr.LeadershipTransferToServer(target.ID, target.Address)
+	go func() { done <- fut.Error() }()
+	timer := time.NewTimer(transferTimeout)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			cl.log.Error("leadership transfer failed; shutting Raft down anyway", "to", target.ID, "err", err)
+			return
+		}
+		cl.log.Warn("leadership transferred away from the FAILED clock", "to", target.ID, "took", time.Since(start).Round(time.Millisecond))
+	case <-timer.C:
+		cl.log.Error("leadership transfer timed out; shutting Raft down anyway", "to", target.ID, "timeout", transferTimeout)
+	}
+}
+
+// withRetired marks the members the replicated state holds retired (the
+// reconciler then never adds or promotes them, and removes them), and logs
+// once each a retired NodeId that is back in gossip without saying so.
+func (cl *clusterNode) withRetired(ms []reconcile.Member) []reconcile.Member {
+	for i := range ms {
+		if !cl.n.fsm.IsRetired(ms[i].ID) {
+			continue
+		}
+		if !ms[i].Retired && ms[i].Alive {
+			cl.refuseRejoin(ms[i].ID)
+		}
+		ms[i].Retired = true
+	}
+	return ms
+}
+
+func (cl *clusterNode) refuseRejoin(id string) {
+	cl.life.mu.Lock()
+	first := !cl.life.logged[id]
+	cl.life.logged[id] = true
+	cl.life.mu.Unlock()
+	if first {
+		cl.log.Warn("refusing a retired NodeId that tries to join again: it is never added to Raft; bring a new NodeId", "node_id", id)
+	}
+}
+
+// retireWatch runs while this node leads: on start and on every membership
+// change it records as retired each member whose gossip shows a FAILED
+// clock or the Retired flag.
+func (cl *clusterNode) retireWatch(ctx context.Context) {
+	for {
+		for _, m := range cl.mem.Members() {
+			if m.ID == cl.n.cfg.Cluster.Name || cl.n.fsm.IsRetired(m.ID) {
+				continue
+			}
+			if m.Meta.ClockState != membership.ClockFailed && !m.Meta.Retired {
+				continue
+			}
+			if err := cl.proposeRetire(ctx, m.ID); err != nil {
+				cl.log.Warn("recording a FAILED member retired", "node_id", m.ID, "err", err)
+			} else if r := cl.runner(); r != nil {
+				r.Trigger()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-cl.life.nudge:
+		}
+	}
+}
+
+// refuseClock is clockRefusal for this node's mode: in cluster mode a
+// FAILED clock retires the NodeId (no restart hold-off applies), and the
+// 503 says so.
+func (n *Node) refuseClock(err error) *api.Error {
+	var ce *clockhealth.Error
+	if n.cl == nil || !errors.As(err, &ce) {
+		return clockRefusal(err)
+	}
+	return api.Unavailable(string(StageFailed), string(ce.Reason),
+		"clock health FAILED (%s): %v; this NodeId is retired and will not serve again: bring a new node with a new NodeId", ce.Reason, err)
+}
