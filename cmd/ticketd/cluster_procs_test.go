@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -309,6 +310,10 @@ func TestThreeProcessClusterKill9Leader(t *testing.T) {
 		}
 	}
 
+	// Load through every node while the leader is killed: each grant
+	// acknowledged by any node must survive.
+	load := pc.startLoad()
+	load.waitAcked(t, 30, 30*time.Second)
 	old := pc.procs[leader]
 	if err := old.cmd.Process.Kill(); err != nil { // SIGKILL
 		t.Fatal(err)
@@ -338,7 +343,10 @@ func TestThreeProcessClusterKill9Leader(t *testing.T) {
 			record(pc.grantVia(name, fmt.Sprintf("after-%s-%d", name, i), 10*time.Second))
 		}
 	}
+	n := load.stop()
 	pc.checkTickets(acked, survivors...)
+	load.check(t, pc, acked, survivors...)
+	t.Logf("%d grants acknowledged under load across the kill, all intact", n)
 
 	// Restart the killed node on new gossip, mesh and API ports: the
 	// leader can reach it only at the mesh address it advertises in gossip
@@ -354,6 +362,7 @@ func TestThreeProcessClusterKill9Leader(t *testing.T) {
 	t.Logf("%s restarted on gossip port %d, mesh port %d: follows %s after %v", oldLeader, gossip[len(clusterNames)], meshPort, leader, time.Since(restarted).Round(time.Millisecond))
 	record(pc.grantVia(oldLeader, "after-restart", 10*time.Second))
 	pc.checkTickets(acked, clusterNames...)
+	load.check(t, pc, acked, oldLeader)
 	t.Logf("%d acknowledged tickets intact on every node", len(acked))
 }
 
@@ -387,6 +396,122 @@ func TestClusterNodeExample(t *testing.T) {
 	for _, want := range []string{"enabled: true", "bootstrap_expect: 3", "identity_key_file: /etc/tckclk/node-1.key", "agent_addr: 127.0.0.1:7970"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("%s: effective config lacks %q:\n%s", path, want, out)
+		}
+	}
+}
+
+// clusterLoad grants through every node of a procCluster concurrently,
+// recording each acknowledged grant and, when it could read it back, the
+// ticket as that node read it.
+type clusterLoad struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	acked  map[string]*loadAck
+	kick   chan struct{} // a value after each acknowledgement, for waitAcked
+}
+
+type loadAck struct {
+	grant wire.Grant
+	read  *wire.Ticket // nil: not read back
+}
+
+func (pc *procCluster) startLoad() *clusterLoad {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &clusterLoad{cancel: cancel, acked: map[string]*loadAck{}, kick: make(chan struct{}, 1)}
+	for _, name := range clusterNames {
+		c := pc.procs[name].c
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				ticket := fmt.Sprintf("load-%s-%04d", name, i)
+				rctx, rcancel := context.WithTimeout(ctx, 3*time.Second)
+				g, err := c.Grant(rctx, ticket, "load-via-"+name, 200)
+				if err != nil {
+					rcancel()
+					select { // the node is down or has no leader yet: back off
+					case <-ctx.Done():
+					case <-time.After(20 * time.Millisecond):
+					}
+					continue
+				}
+				a := &loadAck{grant: g.Grant}
+				l.mu.Lock()
+				l.acked[ticket] = a
+				l.mu.Unlock()
+				select {
+				case l.kick <- struct{}{}:
+				default:
+				}
+				if got, err := c.Get(rctx, ticket); err == nil {
+					l.mu.Lock()
+					a.read = got
+					l.mu.Unlock()
+				}
+				rcancel()
+			}
+		}()
+	}
+	return l
+}
+
+// waitAcked waits until at least n grants are acknowledged.
+func (l *clusterLoad) waitAcked(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		l.mu.Lock()
+		got := len(l.acked)
+		l.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-l.kick:
+		case <-deadline:
+			t.Fatalf("only %d grants acknowledged under load in %v", got, timeout)
+		}
+	}
+}
+
+// stop ends the load and returns how many grants were acknowledged.
+func (l *clusterLoad) stop() int {
+	l.cancel()
+	l.wg.Wait()
+	return len(l.acked)
+}
+
+// check reads every grant acknowledged under load through each named node:
+// holder, token and conservative expiry are as acknowledged, and the whole
+// ticket is as read back before (not extended). Tokens of all acknowledged
+// grants, these and the ones in acked, are distinct.
+func (l *clusterLoad) check(t *testing.T, pc *procCluster, acked map[string]wire.Ticket, names ...string) {
+	t.Helper()
+	tokens := map[uint64]string{}
+	for name, a := range acked {
+		tokens[a.Token] = name
+	}
+	for name, a := range l.acked {
+		if other, dup := tokens[a.grant.Token]; dup {
+			t.Fatalf("token %d acknowledged for %s and %s", a.grant.Token, other, name)
+		}
+		tokens[a.grant.Token] = name
+	}
+	for _, via := range names {
+		for name, a := range l.acked {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			got, err := pc.procs[via].c.Get(ctx, name)
+			cancel()
+			if err != nil {
+				t.Fatalf("%s through %s: grant acknowledged under load lost: %v", name, via, err)
+			}
+			if got.Holder != a.grant.Holder || got.Token != a.grant.Token || got.ConservativeValidBeforeUnixMs != a.grant.ConservativeValidBeforeUnixMs {
+				t.Fatalf("%s through %s: %+v, acknowledged %+v", name, via, *got, a.grant)
+			}
+			if a.read != nil && *got != *a.read {
+				t.Fatalf("%s through %s: %+v, read back before as %+v (changed or extended)", name, via, *got, *a.read)
+			}
 		}
 	}
 }
