@@ -86,7 +86,7 @@ func Recover(o RecoverOptions) (RecoverResult, error) {
 	if err != nil {
 		return res, err
 	}
-	if info.OldServers[o.NodeID] {
+	if info.OldServers[o.NodeID] || fsm.IsRetired(o.NodeID) {
 		return res, config.Errorf("--node-id", "%q was a member of the old cluster; a recovered cluster needs a NodeId never used before", o.NodeID)
 	}
 	to, err := datadir.Open(o.To)
