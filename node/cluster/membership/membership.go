@@ -156,6 +156,7 @@ type Membership struct {
 	started  bool
 	closed   bool
 	mlp      atomic.Pointer[memberlist.Memberlist] // m.ml for lock-free readers
+	local    atomic.Pointer[string]                // the local gossip address, read once at Start (memberlist rewrites its Node on UpdateNode)
 	cancel   context.CancelFunc
 	loopDone chan struct{}
 }
@@ -266,6 +267,8 @@ func (m *Membership) Start() error {
 		return fmt.Errorf("membership: starting memberlist: %w", err)
 	}
 	m.ml, m.started = ml, true
+	addr := ml.LocalNode().Address() // before any UpdateNode can run
+	m.local.Store(&addr)
 	m.mlp.Store(ml)
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel, m.loopDone = cancel, make(chan struct{})
@@ -472,11 +475,10 @@ func (m *Membership) Close() error {
 
 // LocalAddr is the gossip address this node advertises (host:port); "" before Start.
 func (m *Membership) LocalAddr() string {
-	ml := m.mlp.Load()
-	if ml == nil {
-		return ""
+	if p := m.local.Load(); p != nil {
+		return *p
 	}
-	return ml.LocalNode().Address()
+	return ""
 }
 
 // HealthScore is memberlist's awareness score: 0 is healthy, higher means
