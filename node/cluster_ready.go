@@ -150,6 +150,9 @@ func (cl *clusterNode) readiness(reason string) (Stage, string, string) {
 		if reason == "" {
 			reason = reasonNoLeader
 		}
+		if why := cl.bootstrapRefusal(); why != "" {
+			return StageRaft, reason, "no leader known: not bootstrapping: " + why
+		}
 		return StageRaft, reason, "no leader known (bootstrap or join pending, or an election)"
 	case string(leader) == n.cfg.Cluster.Name && n.serving() != nil:
 		return StageReplay, "replay", "this node leads but its barrier has not committed in this term"

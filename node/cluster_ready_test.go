@@ -233,3 +233,116 @@ func pendingAdds(n *Node) int {
 	}
 	return c
 }
+
+// roles counts the voters and non-voters of n's Raft configuration and
+// reports whether every named node is in it.
+func roles(n *Node, names ...string) (voters, nonvoters int, all bool) {
+	f := n.raft().GetConfiguration()
+	if f.Error() != nil {
+		return 0, 0, false
+	}
+	in := map[string]bool{}
+	for _, s := range f.Configuration().Servers {
+		in[string(s.ID)] = true
+		if s.Suffrage == raft.Voter {
+			voters++
+		} else {
+			nonvoters++
+		}
+	}
+	for _, name := range names {
+		if !in[name] {
+			return voters, nonvoters, false
+		}
+	}
+	return voters, nonvoters, true
+}
+
+// SPEC §5 "Bounded core", issue 12 item 2: nodes with bootstrap_expect 0
+// join a one-voter cluster as non-voters and are promoted only once caught
+// up (progress asked over the mesh): two eligible → both vote, three →
+// three voters, four → three voters and one standby. Every one ends ready.
+func TestClusterJoinAndPromote(t *testing.T) {
+	tc := newTestCluster(t, "n1", "n2", "n3", "n4")
+	first := tc.start("n1", "", 1)
+	tc.waitReady("n1")
+	lc := tc.nodes["n1"]
+	tc.start("n2", first.gossipAddr(), 0)
+	waitFor(t, "n2 promoted: two eligible nodes both vote", 15*time.Second, func() bool {
+		v, nv, all := roles(lc.n, "n1", "n2")
+		return all && v == 2 && nv == 0
+	})
+	tc.start("n3", first.gossipAddr(), 0)
+	tc.start("n4", first.gossipAddr(), 0)
+	waitFor(t, "three voters and one standby", 15*time.Second, func() bool {
+		v, nv, all := roles(lc.n, tc.names...)
+		return all && v == 3 && nv == 1
+	})
+	tc.waitReady(tc.names...)
+	// Standby by rank: n4 (priority ties, then NodeId).
+	waitFor(t, "n4 advertises standby", 10*time.Second, func() bool {
+		m, ok := memberMeta(lc.n, "n4")
+		return ok && m.Role == membership.RoleStandby
+	})
+	if _, err := tc.nodes["n4"].tn.c.Grant(bg, "via-standby", "h", 30); err != nil {
+		t.Fatalf("grant through the standby: %v", err)
+	}
+}
+
+// SPEC §5 "Bootstrap": conflicting bootstrap_expect values never
+// bootstrap: every node says so on /readyz and none has a configuration.
+func TestClusterConflictingBootstrapExpect(t *testing.T) {
+	tc := newTestCluster(t, "a", "b", "c")
+	a := tc.start("a", "", 3)
+	tc.start("b", a.gossipAddr(), 3)
+	tc.start("c", a.gossipAddr(), 2)
+	var ce *client.Error
+	for _, name := range tc.names {
+		cm := tc.nodes[name]
+		waitFor(t, name+" says conflicting bootstrap_expect", 10*time.Second, func() bool {
+			_, err := cm.tn.c.Ready(bg)
+			return errors.As(err, &ce) && strings.Contains(ce.Message, "conflicting bootstrap_expect")
+		})
+		if ce.Stage != string(StageRaft) {
+			t.Fatalf("%s: stage %q", name, ce.Stage)
+		}
+	}
+	for _, name := range tc.names {
+		if s, err := tc.nodes[name].n.cons.Load().Servers(); err != nil || len(s) != 0 {
+			t.Fatalf("%s has a configuration %v (%v)", name, s, err)
+		}
+	}
+}
+
+// Consul's maybeBootstrap (issue 11 item 5): before bootstrapping, a node
+// asks every peer over the mesh whether it holds Raft state; one that
+// does stops it, and /readyz says so. The peer's answer carries its log
+// index (what promotion judges).
+func TestClusterSafeBootstrapAsksPeers(t *testing.T) {
+	tc := newTestCluster(t, "n1", "n2", "n3", "x4")
+	first := tc.start("n1", "", 3)
+	tc.start("n2", first.gossipAddr(), 3)
+	tc.start("n3", first.gossipAddr(), 3)
+	tc.leader()
+	x := tc.start("x4", first.gossipAddr(), 3)
+	var n1meta membership.Meta
+	waitFor(t, "x4 sees n1", 10*time.Second, func() bool {
+		var ok bool
+		n1meta, ok = memberMeta(x.n, "n1")
+		return ok && n1meta.MeshAddr != ""
+	})
+	st, err := x.n.cl.queryPeer(bg, "n1", n1meta.MeshAddr)
+	if err != nil || !st.HasState || st.LastIndex == 0 {
+		t.Fatalf("n1's peer status: %+v, %v (want Raft state and a log)", st, err)
+	}
+	servers := []raft.Server{{ID: "n1", Address: raft.ServerAddress(n1meta.MeshAddr)}, {ID: "x4", Address: raft.ServerAddress(x.n.cl.mesh.Addr())}}
+	if x.n.cl.safeBootstrap(bg, x.n.cons.Load(), servers) {
+		t.Fatal("safeBootstrap went ahead with a peer holding Raft state")
+	}
+	if why := x.n.cl.bootstrapRefusal(); !strings.Contains(why, "n1 reports existing Raft state") {
+		t.Fatalf("refusal %q", why)
+	}
+	if _, err := x.n.cl.queryPeer(bg, "n2", n1meta.MeshAddr); err == nil {
+		t.Fatal("a peer-status query to n1's address accepted it as n2")
+	}
+}

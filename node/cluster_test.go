@@ -92,7 +92,9 @@ func (tc *testCluster) startWith(name, join string, expect int, edit func(*Confi
 				GossipInterval: 50 * time.Millisecond, PushPullInterval: 300 * time.Millisecond, TCPTimeout: 500 * time.Millisecond,
 				DeadNodeReclaimTime: 200 * time.Millisecond}
 		},
-		started: func(addr string) { cm.gossip <- addr },
+		started:   func(addr string) { cm.gossip <- addr },
+		window:    300 * time.Millisecond,
+		stableFor: 300 * time.Millisecond,
 	}
 	if tc.beforeStart != nil {
 		tc.beforeStart(&cm.an.deps)
