@@ -97,6 +97,8 @@ type clusterNode struct {
 	window    time.Duration // bootstrap stability window (0: defaultBootstrapWindow)
 	stableFor time.Duration // reconcile StableFor (0: the reconciler's default)
 
+	clientLeader, clientLeaderAddr string // a gossip-only client's leader (discoverLeader)
+
 	life lifecycle // clock-failure lifecycle (cluster_failed.go)
 }
 
@@ -544,9 +546,18 @@ func (cl *clusterNode) open(h *clusterHooks) (*consensus.Raft, error) {
 	if err := cl.listenMesh(h); err != nil {
 		return nil, err
 	}
-	cons, err := cl.openConsensus()
-	if err != nil {
-		return nil, err
+	var cons *consensus.Raft
+	if cl.eligible() {
+		var err error
+		if cons, err = cl.openConsensus(); err != nil {
+			return nil, err
+		}
+	} else {
+		// A gossip-only client has no Raft at all (no Raft state in its
+		// data dir): the zero consensus.Raft has no Raft (Raft() is nil,
+		// so every caller sees "not open") and closes as a no-op.
+		cons = &consensus.Raft{}
+		cl.bootstrap = membership.BootstrapNone
 	}
 	if err := cl.startMembership(h); err != nil {
 		_ = cons.Close()

@@ -25,13 +25,14 @@ const peerQueryTimeout = time.Second
 
 // localPeerStatus is this node's answer.
 func (cl *clusterNode) localPeerStatus() peerstatus.Status {
-	c := cl.n.cons.Load()
-	if c == nil {
-		return peerstatus.Status{}
+	leader, _ := cl.leader()
+	c, r := cl.n.cons.Load(), cl.n.raft()
+	if c == nil || r == nil {
+		return peerstatus.Status{Leader: leader} // a gossip-only client, or Raft not open yet
 	}
 	servers, err := c.Servers()
 	// Unknown is answered as having state: a peer then does not bootstrap.
-	return peerstatus.Status{HasState: err != nil || len(servers) > 0, LastIndex: c.Raft().LastIndex()}
+	return peerstatus.Status{HasState: err != nil || len(servers) > 0, LastIndex: r.LastIndex(), Leader: leader}
 }
 
 // servePeerStatus answers peer-status queries on the mesh's bootstrap
@@ -63,7 +64,12 @@ func (cl *clusterNode) answerPeer(c net.Conn) {
 		cl.log.Warn("peer status: unknown request", "op", op[0])
 		return
 	}
-	_, _ = c.Write(peerstatus.Encode(cl.localPeerStatus()))
+	b, err := peerstatus.Encode(cl.localPeerStatus())
+	if err != nil {
+		cl.log.Warn("peer status", "err", err)
+		return
+	}
+	_, _ = c.Write(b)
 }
 
 // queryPeer asks the peer id at its mesh address for its status.
@@ -81,7 +87,7 @@ func (cl *clusterNode) queryPeer(ctx context.Context, id, addr string) (peerstat
 	if _, err := s.Write([]byte{peerstatus.Op}); err != nil {
 		return peerstatus.Status{}, fmt.Errorf("node: peer status of %s: %w", id, err)
 	}
-	b := make([]byte, peerstatus.Len+1) // one more: a longer answer is refused
+	b := make([]byte, peerstatus.MaxLen+1) // one more: a longer answer is refused
 	nr, err := io.ReadFull(s, b)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return peerstatus.Status{}, fmt.Errorf("node: peer status of %s: %w", id, err)
@@ -108,5 +114,49 @@ func (cl *clusterNode) progress(ctx context.Context) func(id string) (uint64, bo
 			}
 		}
 		return 0, false
+	}
+}
+
+// leader is the leader this node knows: Raft's, or for a gossip-only
+// client the one its voters named (discoverLeader); "" for none.
+func (cl *clusterNode) leader() (id, meshAddr string) {
+	if r := cl.n.raft(); r != nil {
+		addr, lid := r.LeaderWithID()
+		return string(lid), string(addr)
+	}
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.clientLeader, cl.clientLeaderAddr
+}
+
+// discoverLeader is a gossip-only client's way to the leader: it asks the
+// alive voters in gossip (by NodeId) until one names a leader that gossip
+// knows, and keeps it until the next round.
+func (cl *clusterNode) discoverLeader(ctx context.Context) {
+	members := cl.mem.Members()
+	addrOf := map[string]string{}
+	for _, m := range members {
+		if m.State == membership.StateAlive {
+			addrOf[m.ID] = m.Meta.MeshAddr
+		}
+	}
+	var id, addr string
+	for _, m := range members {
+		if m.State != membership.StateAlive || m.Meta.Role != membership.RoleVoter {
+			continue
+		}
+		st, err := cl.queryPeer(ctx, m.ID, m.Meta.MeshAddr)
+		if err != nil || st.Leader == "" || addrOf[st.Leader] == "" {
+			continue
+		}
+		id, addr = st.Leader, addrOf[st.Leader]
+		break
+	}
+	cl.mu.Lock()
+	changed := id != cl.clientLeader
+	cl.clientLeader, cl.clientLeaderAddr = id, addr
+	cl.mu.Unlock()
+	if changed {
+		cl.log.Info("gossip-only client: leader", "leader", id)
 	}
 }

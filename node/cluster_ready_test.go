@@ -2,6 +2,7 @@ package node
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -344,5 +345,50 @@ func TestClusterSafeBootstrapAsksPeers(t *testing.T) {
 	}
 	if _, err := x.n.cl.queryPeer(bg, "n2", n1meta.MeshAddr); err == nil {
 		t.Fatal("a peer-status query to n1's address accepted it as n2")
+	}
+}
+
+// SPEC §5 "Bounded core", issue 12 item 1: a gossip-only client node
+// (raft.role client) has no Raft at all — no raft.db in its data dir, never
+// in the configuration — advertises the client role, learns the leader
+// from the voters over the mesh, becomes ready once uniform and serves the
+// API by forwarding: a grant through it is the leader's.
+func TestClusterGossipOnlyClient(t *testing.T) {
+	tc := newTestCluster(t, "n1", "n2", "n3", "c1")
+	first := tc.start("n1", "", 3)
+	tc.start("n2", first.gossipAddr(), 3)
+	tc.start("n3", first.gossipAddr(), 3)
+	leader := tc.leader()
+	lc := tc.nodes[leader]
+	c := tc.startWith("c1", first.gossipAddr(), 0, func(c *Config) { c.Cluster.Raft.Role = "client" })
+	tc.waitReady("c1")
+	h, err := c.tn.c.Ready(bg)
+	if err != nil || h.Stage != string(StageReady) {
+		t.Fatalf("client /readyz: %+v, %v", h, err)
+	}
+	g, err := c.tn.c.Grant(bg, "via-client", "w", 30)
+	if err != nil || g.Token == 0 {
+		t.Fatalf("grant through the client: %+v, %v", g, err)
+	}
+	got, err := lc.tn.c.Get(bg, "via-client")
+	if err != nil || got.Token != g.Token {
+		t.Fatalf("leader reads %+v, %v; want token %d", got, err, g.Token)
+	}
+	if fg, err := c.tn.c.Get(bg, "via-client"); err != nil || fg.Token != g.Token {
+		t.Fatalf("client reads %+v, %v", fg, err)
+	}
+	waitFor(t, "the leader sees c1 as a client", 10*time.Second, func() bool {
+		m, ok := memberMeta(lc.n, "c1")
+		return ok && m.Role == membership.RoleClient && !m.RaftEligible
+	})
+	waitFor(t, "the reconciler has no addition left", 15*time.Second, func() bool { return pendingAdds(lc.n) == 0 })
+	if _, _, all := roles(lc.n, "c1"); all {
+		t.Fatal("the client is in the Raft configuration")
+	}
+	if c.n.raft() != nil {
+		t.Fatal("the client opened Raft")
+	}
+	if _, err := os.Stat(c.n.dir.RaftDB()); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the client's data dir has %s (%v)", c.n.dir.RaftDB(), err)
 	}
 }

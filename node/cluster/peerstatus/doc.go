@@ -6,7 +6,10 @@
 //
 // The request is one byte, Op. The answer is Len bytes, big-endian:
 //
-//	version u8 (1) | flags u8 (bit 0: has Raft state) | last log index u64
+//	version u8 (1) | flags u8 (bit 0: has Raft state) | last log index u64 |
+//	leader NodeId (u8 length ≤ 128 + bytes; 0: no leader known)
+//
+// Gossip-only client nodes learn the leader they forward to from it.
 //
 // Decode is strict and never panics (FuzzDecode, with a naive oracle).
 package peerstatus
