@@ -392,3 +392,26 @@ func TestClusterGossipOnlyClient(t *testing.T) {
 		t.Fatalf("the client's data dir has %s (%v)", c.n.dir.RaftDB(), err)
 	}
 }
+
+// SPEC §5 "Bootstrap": bootstrap_expect met is not enough — the same
+// members must stay for the stability window. With a window far longer
+// than the observation, three nodes that see each other do not bootstrap.
+func TestClusterBootstrapWaitsForStableWindow(t *testing.T) {
+	tc := newTestCluster(t, "a", "b", "c")
+	tc.window = time.Hour
+	a := tc.start("a", "", 3)
+	b := tc.start("b", a.gossipAddr(), 3)
+	c := tc.start("c", a.gossipAddr(), 3)
+	waitFor(t, "all three see each other", 10*time.Second, func() bool {
+		return aliveCount(a.n) == 3 && aliveCount(b.n) == 3 && aliveCount(c.n) == 3
+	})
+	deadline := time.Now().Add(3 * consensusElection()) // bounded observation
+	for time.Now().Before(deadline) {
+		for _, cm := range []*clusterMember{a, b, c} {
+			if s, err := cm.n.cons.Load().Servers(); err != nil || len(s) != 0 {
+				t.Fatalf("%s bootstrapped inside the stability window: %v (%v)", cm.n.cfg.Cluster.Name, s, err)
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval of a bounded observation
+	}
+}
