@@ -34,6 +34,8 @@ type clusterHooks struct {
 	membership func(*membership.Config)
 	started    func(gossipAddr string) // after gossip started
 	ticker     clockhealth.TickerFunc  // the metadata refresh ticker ("meta"); default the system's
+	window     time.Duration           // bootstrap stability window
+	stableFor  time.Duration           // how long a non-voter stays caught up before promotion
 }
 
 // validateCluster checks the cluster.* keys of a cluster node (files and
@@ -92,6 +94,10 @@ type clusterNode struct {
 	uniform   bool              // uniform held once (SPEC §3.5): latched
 	mismatch  string            // the last Δ mismatch logged
 	ticker    clockhealth.TickerFunc
+	window    time.Duration // bootstrap stability window (0: defaultBootstrapWindow)
+	stableFor time.Duration // reconcile StableFor (0: the reconciler's default)
+
+	clientLeader, clientLeaderAddr string // a gossip-only client's leader (discoverLeader)
 
 	life lifecycle // clock-failure lifecycle (cluster_failed.go)
 }
@@ -259,13 +265,20 @@ func (cl *clusterNode) close() {
 	}
 }
 
-// run serves forwarded requests and drives bootstrap from membership
-// events until ctx ends.
+// defaultBootstrapWindow is how long the same bootstrap_expect members
+// must be seen before bootstrapping (SPEC §5 "stable for a window").
+const defaultBootstrapWindow = 2 * time.Second
+
+// run serves forwarded requests and peer-status queries, refreshes the
+// advertised metadata and drives bootstrap from membership events until
+// ctx ends.
 func (cl *clusterNode) run(ctx context.Context, cons *consensus.Raft) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	stopFwd := cl.fwd.serve(&wg)
 	defer stopFwd()
+	stopPeer := cl.servePeerStatus(&wg)
+	defer stopPeer()
 	newTicker := cl.ticker
 	if newTicker == nil {
 		newTicker = clockhealth.SystemTicker
@@ -273,15 +286,42 @@ func (cl *clusterNode) run(ctx context.Context, cons *consensus.Raft) {
 	rctx, stopRefresh := context.WithCancel(ctx)
 	defer stopRefresh() // before wg.Wait (deferred earlier)
 	wg.Go(func() { cl.refreshLoop(rctx, newTicker) })
-	if cl.n.cfg.Cluster.Raft.BootstrapExpect == 1 {
-		cl.maybeBootstrap(cons)
+
+	// The stability window runs on a real timer: it restarts whenever the
+	// candidate voter set changes, and bootstrap happens when it fires on
+	// an unchanged set.
+	window := cl.window
+	if window <= 0 {
+		window = defaultBootstrapWindow
+	}
+	timer := time.NewTimer(window)
+	timer.Stop()
+	defer timer.Stop()
+	var cand string
+	step := func(fired bool) {
+		servers := cl.bootstrapCandidate(cons)
+		key := fmt.Sprint(servers)
+		switch {
+		case servers == nil:
+			cand = ""
+			timer.Stop()
+		case cl.n.cfg.Cluster.Raft.BootstrapExpect == 1 || (fired && key == cand):
+			if !cl.safeBootstrap(ctx, cons, servers) {
+				timer.Reset(window) // a peer did not answer: ask again later
+			}
+		case key != cand:
+			cand = key
+			timer.Reset(window)
+		}
 	}
 	events := cl.mem.Events()
+	step(false)
 	for {
-		cl.maybeBootstrap(cons)
 		select {
 		case <-ctx.Done():
 			return
+		case <-timer.C:
+			step(true)
 		case _, ok := <-events:
 			if !ok {
 				return
@@ -290,47 +330,102 @@ func (cl *clusterNode) run(ctx context.Context, cons *consensus.Raft) {
 				r.Trigger()
 			}
 			cl.life.poke() // the leader's retire watch (cluster_failed.go)
+			step(false)
 		}
 	}
 }
 
-// maybeBootstrap bootstraps when bootstrap_expect is met (SPEC §5): 1 is
-// this node alone; N needs exactly N alive eligible members advertising N,
-// none with Raft state or a done bootstrap. Every node computes the same
-// voter set (sorted by NodeId). Conflicting values refuse, and say so.
-func (cl *clusterNode) maybeBootstrap(cons *consensus.Raft) {
+// bootstrapCandidate is the voter set to bootstrap with now, or nil (not
+// waiting, not eligible, bootstrap_expect not met, or refused: the
+// refusal is logged once and shown on /readyz). A node still waiting whose
+// Raft configuration arrived by replication (a peer bootstrapped first)
+// is done.
+func (cl *clusterNode) bootstrapCandidate(cons *consensus.Raft) []raft.Server {
 	cl.mu.Lock()
 	state := cl.bootstrap
 	cl.mu.Unlock()
 	if state != membership.BootstrapWaiting || !cl.eligible() {
-		return
+		return nil
+	}
+	if s, err := cons.Servers(); err == nil && len(s) > 0 {
+		cl.setBootstrap(membership.BootstrapDone, "")
+		cl.log.Info("joined the cluster a peer bootstrapped", "servers", len(s))
+		return nil
 	}
 	expect := cl.n.cfg.Cluster.Raft.BootstrapExpect
 	servers, why := bootstrapServers(cl.n.cfg.Cluster.Name, cl.mesh.Addr(), expect, uint16(cl.n.cfg.Clock.DeltaMs), cl.mem.Members())
 	if servers == nil {
-		if why != "" && why != cl.refused {
-			cl.refused = why
-			cl.log.Warn("not bootstrapping", "bootstrap_expect", expect, "why", why)
+		cl.noteRefusal(why)
+	}
+	return servers
+}
+
+// noteRefusal records why this node does not bootstrap (logged once each).
+func (cl *clusterNode) noteRefusal(why string) {
+	cl.mu.Lock()
+	seen := why == cl.refused
+	cl.refused = why
+	cl.mu.Unlock()
+	if why != "" && !seen {
+		cl.log.Warn("not bootstrapping", "bootstrap_expect", cl.n.cfg.Cluster.Raft.BootstrapExpect, "why", why)
+	}
+}
+
+// setBootstrap moves the advertised bootstrap state and re-advertises it.
+func (cl *clusterNode) setBootstrap(state membership.BootstrapState, refused string) {
+	cl.mu.Lock()
+	cl.bootstrap, cl.refused = state, refused
+	cl.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := cl.mem.UpdateMeta(ctx); err != nil {
+		cl.log.Warn("advertising the bootstrap state", "err", err)
+	}
+}
+
+// safeBootstrap asks every other server of the set over the mesh whether
+// it holds Raft state (Consul's maybeBootstrap) and bootstraps only when
+// none does. A peer with state means a cluster exists (or a peer
+// bootstrapped a moment ago): this node then waits to receive the
+// configuration. It returns false when it should look again later (a
+// peer could not be asked, or has state).
+func (cl *clusterNode) safeBootstrap(ctx context.Context, cons *consensus.Raft, servers []raft.Server) bool {
+	self := cl.n.cfg.Cluster.Name
+	for _, s := range servers {
+		if string(s.ID) == self {
+			continue
 		}
-		return
+		st, err := cl.queryPeer(ctx, string(s.ID), string(s.Address))
+		if err != nil {
+			cl.noteRefusal(fmt.Sprintf("could not ask %s whether it has Raft state: %v", s.ID, err))
+			return false
+		}
+		if st.HasState {
+			cl.noteRefusal(fmt.Sprintf("%s reports existing Raft state (last index %d): not bootstrapping, waiting to be added", s.ID, st.LastIndex))
+			return false // look again: the configuration arrives by replication
+		}
 	}
 	if err := cons.BootstrapCluster(raft.Configuration{Servers: servers}); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 		cl.log.Error("bootstrap failed", "err", err)
-		return
+		return false
 	}
-	cl.mu.Lock()
-	cl.bootstrap = membership.BootstrapDone
-	cl.mu.Unlock()
 	ids := make([]string, len(servers))
 	for i, s := range servers {
 		ids[i] = string(s.ID)
 	}
-	cl.log.Info("bootstrapped the cluster", "bootstrap_expect", expect, "voters", ids)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := cl.mem.UpdateMeta(ctx); err != nil {
-		cl.log.Warn("advertising the bootstrap", "err", err)
+	cl.log.Info("bootstrapped the cluster", "bootstrap_expect", cl.n.cfg.Cluster.Raft.BootstrapExpect, "voters", ids)
+	cl.setBootstrap(membership.BootstrapDone, "")
+	return true
+}
+
+// bootstrapRefusal is why this node did not bootstrap, or "".
+func (cl *clusterNode) bootstrapRefusal() string {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.bootstrap != membership.BootstrapWaiting {
+		return ""
 	}
+	return cl.refused
 }
 
 // bootstrapServers is the voter set to bootstrap with, or nil and why not
@@ -425,6 +520,7 @@ func (cl *clusterNode) lead(ctx context.Context) {
 		Raft: reconcile.NewRaftAdapter(rr, 5*time.Second), LocalID: cl.n.cfg.Cluster.Name, Members: func() []reconcile.Member { return cl.withRetired(cl.reconcileMembers(rr)) },
 		Limits:   reconcile.Limits{MaxVoters: maxVoters, MaxStandbys: cl.n.cfg.Cluster.Raft.MaxStandbys},
 		Debounce: cl.n.cfg.Cluster.Raft.ReconcileDebounce, Logger: cl.log.With("component", "reconcile"),
+		Progress: cl.progress(ctx), StableFor: cl.stableFor,
 		Registerer: cl.n.reg,
 	})
 	if err != nil {
@@ -450,16 +546,25 @@ func (cl *clusterNode) open(h *clusterHooks) (*consensus.Raft, error) {
 	if err := cl.listenMesh(h); err != nil {
 		return nil, err
 	}
-	cons, err := cl.openConsensus()
-	if err != nil {
-		return nil, err
+	var cons *consensus.Raft
+	if cl.eligible() {
+		var err error
+		if cons, err = cl.openConsensus(); err != nil {
+			return nil, err
+		}
+	} else {
+		// A gossip-only client has no Raft at all (no Raft state in its
+		// data dir): the zero consensus.Raft has no Raft (Raft() is nil,
+		// so every caller sees "not open") and closes as a no-op.
+		cons = &consensus.Raft{}
+		cl.bootstrap = membership.BootstrapNone
 	}
 	if err := cl.startMembership(h); err != nil {
 		_ = cons.Close()
 		return nil, err
 	}
 	if h != nil {
-		cl.ticker = h.ticker
+		cl.ticker, cl.window, cl.stableFor = h.ticker, h.window, h.stableFor
 	}
 	cl.log.Info("cluster node started", "mesh", cl.mesh.Addr(), "gossip", cl.mem.LocalAddr(),
 		"bootstrap_expect", cl.n.cfg.Cluster.Raft.BootstrapExpect, "bootstrap", cl.meta().Bootstrap.String())

@@ -140,18 +140,20 @@ func (cl *clusterNode) readiness(reason string) (Stage, string, string) {
 		cl.noteMismatch("uniform: " + why)
 		return StageUniform, reasonDeltaMismatch, "uniform: " + why
 	}
-	r := n.raft()
-	if r == nil {
+	if n.raft() == nil && cl.eligible() {
 		return StageRaft, reasonNoLeader, "raft is not open yet"
 	}
-	_, leader := r.LeaderWithID()
+	leader, _ := cl.leader()
 	switch {
 	case leader == "":
 		if reason == "" {
 			reason = reasonNoLeader
 		}
+		if why := cl.bootstrapRefusal(); why != "" {
+			return StageRaft, reason, "no leader known: not bootstrapping: " + why
+		}
 		return StageRaft, reason, "no leader known (bootstrap or join pending, or an election)"
-	case string(leader) == n.cfg.Cluster.Name && n.serving() != nil:
+	case leader == n.cfg.Cluster.Name && n.serving() != nil:
 		return StageReplay, "replay", "this node leads but its barrier has not committed in this term"
 	}
 	if why != "" {
@@ -238,6 +240,9 @@ func (cl *clusterNode) refreshLoop(ctx context.Context, newTicker clockhealth.Ti
 		case <-failed:
 			failed = nil
 		case <-t.C():
+		}
+		if !cl.eligible() {
+			cl.discoverLeader(ctx)
 		}
 		uctx, cancel := context.WithTimeout(ctx, every)
 		if err := cl.mem.UpdateMeta(uctx); err != nil && ctx.Err() == nil {

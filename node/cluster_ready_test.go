@@ -2,6 +2,7 @@ package node
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -232,4 +233,185 @@ func pendingAdds(n *Node) int {
 		}
 	}
 	return c
+}
+
+// roles counts the voters and non-voters of n's Raft configuration and
+// reports whether every named node is in it.
+func roles(n *Node, names ...string) (voters, nonvoters int, all bool) {
+	f := n.raft().GetConfiguration()
+	if f.Error() != nil {
+		return 0, 0, false
+	}
+	in := map[string]bool{}
+	for _, s := range f.Configuration().Servers {
+		in[string(s.ID)] = true
+		if s.Suffrage == raft.Voter {
+			voters++
+		} else {
+			nonvoters++
+		}
+	}
+	for _, name := range names {
+		if !in[name] {
+			return voters, nonvoters, false
+		}
+	}
+	return voters, nonvoters, true
+}
+
+// SPEC §5 "Bounded core", issue 12 item 2: nodes with bootstrap_expect 0
+// join a one-voter cluster as non-voters and are promoted only once caught
+// up (progress asked over the mesh): two eligible → both vote, three →
+// three voters, four → three voters and one standby. Every one ends ready.
+func TestClusterJoinAndPromote(t *testing.T) {
+	tc := newTestCluster(t, "n1", "n2", "n3", "n4")
+	first := tc.start("n1", "", 1)
+	tc.waitReady("n1")
+	lc := tc.nodes["n1"]
+	tc.start("n2", first.gossipAddr(), 0)
+	waitFor(t, "n2 promoted: two eligible nodes both vote", 15*time.Second, func() bool {
+		v, nv, all := roles(lc.n, "n1", "n2")
+		return all && v == 2 && nv == 0
+	})
+	tc.start("n3", first.gossipAddr(), 0)
+	tc.start("n4", first.gossipAddr(), 0)
+	waitFor(t, "three voters and one standby", 15*time.Second, func() bool {
+		v, nv, all := roles(lc.n, tc.names...)
+		return all && v == 3 && nv == 1
+	})
+	tc.waitReady(tc.names...)
+	// Standby by rank: n4 (priority ties, then NodeId).
+	waitFor(t, "n4 advertises standby", 10*time.Second, func() bool {
+		m, ok := memberMeta(lc.n, "n4")
+		return ok && m.Role == membership.RoleStandby
+	})
+	if _, err := tc.nodes["n4"].tn.c.Grant(bg, "via-standby", "h", 30); err != nil {
+		t.Fatalf("grant through the standby: %v", err)
+	}
+}
+
+// SPEC §5 "Bootstrap": conflicting bootstrap_expect values never
+// bootstrap: every node says so on /readyz and none has a configuration.
+func TestClusterConflictingBootstrapExpect(t *testing.T) {
+	tc := newTestCluster(t, "a", "b", "c")
+	a := tc.start("a", "", 3)
+	tc.start("b", a.gossipAddr(), 3)
+	tc.start("c", a.gossipAddr(), 2)
+	var ce *client.Error
+	for _, name := range tc.names {
+		cm := tc.nodes[name]
+		waitFor(t, name+" says conflicting bootstrap_expect", 10*time.Second, func() bool {
+			_, err := cm.tn.c.Ready(bg)
+			return errors.As(err, &ce) && strings.Contains(ce.Message, "conflicting bootstrap_expect")
+		})
+		if ce.Stage != string(StageRaft) {
+			t.Fatalf("%s: stage %q", name, ce.Stage)
+		}
+	}
+	for _, name := range tc.names {
+		if s, err := tc.nodes[name].n.cons.Load().Servers(); err != nil || len(s) != 0 {
+			t.Fatalf("%s has a configuration %v (%v)", name, s, err)
+		}
+	}
+}
+
+// Consul's maybeBootstrap (issue 11 item 5): before bootstrapping, a node
+// asks every peer over the mesh whether it holds Raft state; one that
+// does stops it, and /readyz says so. The peer's answer carries its log
+// index (what promotion judges).
+func TestClusterSafeBootstrapAsksPeers(t *testing.T) {
+	tc := newTestCluster(t, "n1", "n2", "n3", "x4")
+	first := tc.start("n1", "", 3)
+	tc.start("n2", first.gossipAddr(), 3)
+	tc.start("n3", first.gossipAddr(), 3)
+	tc.leader()
+	x := tc.start("x4", first.gossipAddr(), 3)
+	var n1meta membership.Meta
+	waitFor(t, "x4 sees n1", 10*time.Second, func() bool {
+		var ok bool
+		n1meta, ok = memberMeta(x.n, "n1")
+		return ok && n1meta.MeshAddr != ""
+	})
+	st, err := x.n.cl.queryPeer(bg, "n1", n1meta.MeshAddr)
+	if err != nil || !st.HasState || st.LastIndex == 0 {
+		t.Fatalf("n1's peer status: %+v, %v (want Raft state and a log)", st, err)
+	}
+	servers := []raft.Server{{ID: "n1", Address: raft.ServerAddress(n1meta.MeshAddr)}, {ID: "x4", Address: raft.ServerAddress(x.n.cl.mesh.Addr())}}
+	if x.n.cl.safeBootstrap(bg, x.n.cons.Load(), servers) {
+		t.Fatal("safeBootstrap went ahead with a peer holding Raft state")
+	}
+	if why := x.n.cl.bootstrapRefusal(); !strings.Contains(why, "n1 reports existing Raft state") {
+		t.Fatalf("refusal %q", why)
+	}
+	if _, err := x.n.cl.queryPeer(bg, "n2", n1meta.MeshAddr); err == nil {
+		t.Fatal("a peer-status query to n1's address accepted it as n2")
+	}
+}
+
+// SPEC §5 "Bounded core", issue 12 item 1: a gossip-only client node
+// (raft.role client) has no Raft at all — no raft.db in its data dir, never
+// in the configuration — advertises the client role, learns the leader
+// from the voters over the mesh, becomes ready once uniform and serves the
+// API by forwarding: a grant through it is the leader's.
+func TestClusterGossipOnlyClient(t *testing.T) {
+	tc := newTestCluster(t, "n1", "n2", "n3", "c1")
+	first := tc.start("n1", "", 3)
+	tc.start("n2", first.gossipAddr(), 3)
+	tc.start("n3", first.gossipAddr(), 3)
+	leader := tc.leader()
+	lc := tc.nodes[leader]
+	c := tc.startWith("c1", first.gossipAddr(), 0, func(c *Config) { c.Cluster.Raft.Role = "client" })
+	tc.waitReady("c1")
+	h, err := c.tn.c.Ready(bg)
+	if err != nil || h.Stage != string(StageReady) {
+		t.Fatalf("client /readyz: %+v, %v", h, err)
+	}
+	g, err := c.tn.c.Grant(bg, "via-client", "w", 30)
+	if err != nil || g.Token == 0 {
+		t.Fatalf("grant through the client: %+v, %v", g, err)
+	}
+	got, err := lc.tn.c.Get(bg, "via-client")
+	if err != nil || got.Token != g.Token {
+		t.Fatalf("leader reads %+v, %v; want token %d", got, err, g.Token)
+	}
+	if fg, err := c.tn.c.Get(bg, "via-client"); err != nil || fg.Token != g.Token {
+		t.Fatalf("client reads %+v, %v", fg, err)
+	}
+	waitFor(t, "the leader sees c1 as a client", 10*time.Second, func() bool {
+		m, ok := memberMeta(lc.n, "c1")
+		return ok && m.Role == membership.RoleClient && !m.RaftEligible
+	})
+	waitFor(t, "the reconciler has no addition left", 15*time.Second, func() bool { return pendingAdds(lc.n) == 0 })
+	if _, _, all := roles(lc.n, "c1"); all {
+		t.Fatal("the client is in the Raft configuration")
+	}
+	if c.n.raft() != nil {
+		t.Fatal("the client opened Raft")
+	}
+	if _, err := os.Stat(c.n.dir.RaftDB()); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the client's data dir has %s (%v)", c.n.dir.RaftDB(), err)
+	}
+}
+
+// SPEC §5 "Bootstrap": bootstrap_expect met is not enough — the same
+// members must stay for the stability window. With a window far longer
+// than the observation, three nodes that see each other do not bootstrap.
+func TestClusterBootstrapWaitsForStableWindow(t *testing.T) {
+	tc := newTestCluster(t, "a", "b", "c")
+	tc.window = time.Hour
+	a := tc.start("a", "", 3)
+	b := tc.start("b", a.gossipAddr(), 3)
+	c := tc.start("c", a.gossipAddr(), 3)
+	waitFor(t, "all three see each other", 10*time.Second, func() bool {
+		return aliveCount(a.n) == 3 && aliveCount(b.n) == 3 && aliveCount(c.n) == 3
+	})
+	deadline := time.Now().Add(3 * consensusElection()) // bounded observation
+	for time.Now().Before(deadline) {
+		for _, cm := range []*clusterMember{a, b, c} {
+			if s, err := cm.n.cons.Load().Servers(); err != nil || len(s) != 0 {
+				t.Fatalf("%s bootstrapped inside the stability window: %v (%v)", cm.n.cfg.Cluster.Name, s, err)
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval of a bounded observation
+	}
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/ed25519"
 	"encoding/base64"
 	"errors"
@@ -31,6 +32,8 @@ type testCluster struct {
 	nodes map[string]*clusterMember
 	// beforeStart, if set, edits each node's Deps before it starts.
 	beforeStart func(*Deps)
+	// window is the bootstrap stability window (0: 300 ms).
+	window time.Duration
 }
 
 type clusterMember struct {
@@ -92,7 +95,9 @@ func (tc *testCluster) startWith(name, join string, expect int, edit func(*Confi
 				GossipInterval: 50 * time.Millisecond, PushPullInterval: 300 * time.Millisecond, TCPTimeout: 500 * time.Millisecond,
 				DeadNodeReclaimTime: 200 * time.Millisecond}
 		},
-		started: func(addr string) { cm.gossip <- addr },
+		started:   func(addr string) { cm.gossip <- addr },
+		window:    cmp.Or(tc.window, 300*time.Millisecond),
+		stableFor: 300 * time.Millisecond,
 	}
 	if tc.beforeStart != nil {
 		tc.beforeStart(&cm.an.deps)

@@ -60,15 +60,11 @@ func (f *forwarder) route() (*forward.Client, bool) {
 	if stage == StageFailed || stage == StageStarting || stage == StageClockCheck || stage == StageStopping {
 		return nil, false
 	}
-	r := n.raft()
-	if r == nil {
-		return nil, false
-	}
 	if n.serving() == nil {
 		return nil, false // this node leads
 	}
-	addr, id := r.LeaderWithID()
-	if id == "" || string(id) == n.cfg.Cluster.Name {
+	id, addr := f.cl.leader() // Raft's, or a gossip-only client's
+	if id == "" || id == n.cfg.Cluster.Name {
 		return nil, false
 	}
 	f.mu.Lock()
@@ -76,13 +72,13 @@ func (f *forwarder) route() (*forward.Client, bool) {
 		f.mu.Unlock()
 		return nil, false
 	}
-	if f.client != nil && f.leader == string(id) && f.addr == string(addr) {
+	if f.client != nil && f.leader == id && f.addr == addr {
 		c := f.client
 		f.mu.Unlock()
 		return c, true
 	}
 	old := f.client // requests in flight on it end with outcome unknown
-	m, leader, leaderAddr := f.cl.mesh, string(id), string(addr)
+	m, leader, leaderAddr := f.cl.mesh, id, addr
 	f.leader, f.addr = leader, leaderAddr
 	c := forward.NewClient(func(ctx context.Context) (net.Conn, error) {
 		return m.Dial(ctx, leaderAddr, leader, mesh.ClassForward)

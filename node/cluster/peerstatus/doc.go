@@ -1,0 +1,15 @@
+// Package peerstatus is the peer-status query a cluster node answers on
+// mesh streams of class bootstrap (issue 11 item 5, issue 12 item 2): a
+// node asks a peer whether it holds Raft state (Consul's maybeBootstrap
+// asks every peer before bootstrapping) and how far its log reaches (the
+// leader's reconciler promotes a non-voter only once it has caught up).
+//
+// The request is one byte, Op. The answer is Len bytes, big-endian:
+//
+//	version u8 (1) | flags u8 (bit 0: has Raft state) | last log index u64 |
+//	leader NodeId (u8 length ≤ 128 + bytes; 0: no leader known)
+//
+// Gossip-only client nodes learn the leader they forward to from it.
+//
+// Decode is strict and never panics (FuzzDecode, with a naive oracle).
+package peerstatus
