@@ -163,6 +163,9 @@ func TestClusterLeaderClockFails(t *testing.T) {
 	if _, err := lc.tn.c.Get(bg, "before"); !errors.As(err, &ce) || ce.StatusCode != 503 {
 		t.Fatalf("read on the failed node: %v, want 503", err)
 	}
+	if _, err := lc.tn.c.Ready(bg); !errors.As(err, &ce) || ce.Stage != string(StageFailed) || ce.Reason != string(protocol.ReasonOffset) {
+		t.Fatalf("/readyz on the failed node: %v, want stage failed, reason offset", err)
+	}
 	if st := lc.n.raft().State(); st != raft.Shutdown {
 		t.Fatalf("failed leader's Raft is %v, want Shutdown", st)
 	}
