@@ -16,6 +16,11 @@
 //     unknown version, a bad checksum or a malformed body is fatal: the FSM
 //     latches the error, applies nothing after it and refuses to snapshot,
 //     so the node stops instead of skipping (fail closed).
+//   - Retired NodeIds (SPEC §3.4) are replicated state too: an OpRetire
+//     entry (entry version 2) adds one, the snapshot (version 2) carries
+//     them. Each entry and snapshot is written in the oldest version that
+//     can hold it, and both versions are read, so a rolling upgrade keeps
+//     the previous release reading everything but a retirement.
 //   - Restore decodes and verifies a whole snapshot, including Δ ∈ 2..=60000
 //     and Δ equal to the node's configured Δ, before it replaces any state.
 //
