@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tckclk/tckclk/node"
+	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/api/wire"
 	"github.com/tckclk/tckclk/node/cluster/identity"
 	"github.com/tckclk/tckclk/node/cluster/membership"
@@ -187,10 +188,15 @@ type procCluster struct {
 }
 
 // procClockFlags widen the clock limits for a host shared by many test
-// runs: at the default Δ 500 ms, max_rtt_ms is 125 and one loopback
-// exchange delayed by a busy scheduler fails the node (SPEC §3.3). Δ 4 s
-// makes the limits 1 s; the cluster behaviour under test does not change.
-var procClockFlags = []string{"--clock.delta_ms", "4000", "--clock.probe_timeout_ms", "1000"}
+// runs: at the default Δ 500 ms, max_rtt_ms is 125, the probe timeout
+// 500 ms and staleness 3 s, and one agent exchange delayed by a busy
+// scheduler fails the node (SPEC §3.3; seen here under -race with other
+// builds running, load average 19 on 2 cores). Δ 12 s makes the max_*
+// limits 3 s; probes every 3 s with a 3 s timeout, stale after 30 s. The clock rules themselves are
+// tested at their defaults elsewhere; the cluster behaviour under test does
+// not depend on them.
+var procClockFlags = []string{"--clock.delta_ms", "12000", "--clock.probe_interval_ms", "3000",
+	"--clock.probe_timeout_ms", "3000", "--clock.staleness_ms", "30000"}
 
 // start runs name from its generated config (the API on a free port, the
 // agent's address as a flag: the agent picked its own port) plus extra.
@@ -375,8 +381,11 @@ func (pc *procCluster) checkTickets(acked map[string]wire.Ticket, names ...strin
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			got, err := pc.procs[via].c.Get(ctx, name)
 			cancel()
+			if errors.Is(err, client.ErrNotFound) {
+				pc.t.Fatalf("%s through %s: acknowledged ticket lost", name, via)
+			}
 			if err != nil {
-				pc.t.Fatalf("%s through %s: acknowledged ticket lost: %v", name, via, err)
+				pc.t.Fatalf("%s through %s: cannot read the acknowledged ticket: %v", name, via, err)
 			}
 			if *got != want {
 				pc.t.Fatalf("%s through %s: %+v, acknowledged %+v (changed or extended)", name, via, *got, want)
@@ -503,8 +512,11 @@ func (l *clusterLoad) check(t *testing.T, pc *procCluster, acked map[string]wire
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			got, err := pc.procs[via].c.Get(ctx, name)
 			cancel()
+			if errors.Is(err, client.ErrNotFound) {
+				t.Fatalf("%s through %s: grant acknowledged under load lost", name, via)
+			}
 			if err != nil {
-				t.Fatalf("%s through %s: grant acknowledged under load lost: %v", name, via, err)
+				t.Fatalf("%s through %s: cannot read a grant acknowledged under load: %v", name, via, err)
 			}
 			if got.Holder != a.grant.Holder || got.Token != a.grant.Token || got.ConservativeValidBeforeUnixMs != a.grant.ConservativeValidBeforeUnixMs {
 				t.Fatalf("%s through %s: %+v, acknowledged %+v", name, via, *got, a.grant)
