@@ -166,9 +166,8 @@ func TestClusterLeaderClockFails(t *testing.T) {
 	if _, err := lc.tn.c.Ready(bg); !errors.As(err, &ce) || ce.Stage != string(StageFailed) || ce.Reason != string(protocol.ReasonOffset) {
 		t.Fatalf("/readyz on the failed node: %v, want stage failed, reason offset", err)
 	}
-	if st := lc.n.raft().State(); st != raft.Shutdown {
-		t.Fatalf("failed leader's Raft is %v, want Shutdown", st)
-	}
+	// The run loop transfers leadership, then shuts Raft down: wait for it.
+	waitFor(t, "the failed leader's Raft shut down", 10*time.Second, func() bool { return lc.n.raft().State() == raft.Shutdown })
 	dir := lc.an.cfg.Cluster.Raft.DataDir
 	if _, err := os.Stat(filepath.Join(dir, datadir.RetiredFile)); err != nil {
 		t.Fatalf("retired marker: %v", err)
