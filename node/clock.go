@@ -33,10 +33,7 @@ func (g monitorGuard) ClockStatus() wire.ClockStatus {
 		SinceSampleMs: st.SinceSampleMs, StalenessMs: st.StalenessMs,
 		Reason: string(st.Reason), Error: st.Error, FailedStage: string(st.FailedStage),
 		ClockStages: st.ClockStages, DevReference: st.DevReference,
-		LastSample: (*wire.SampleStatus)(st.LastSample),
-	}
-	for _, a := range st.Agents {
-		cs.Agents = append(cs.Agents, wire.AgentStatus(a))
+		LastSample: st.LastSample, Agents: st.Agents,
 	}
 	if st.LastSample != nil && st.LastSample.AtUnixMs > 0 {
 		cs.LastSampleUnixMs = uint64(st.LastSample.AtUnixMs)

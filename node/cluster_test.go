@@ -152,19 +152,7 @@ func (tc *testCluster) leaders() []string {
 // follower is forwarded, stamped and committed by the leader, and the
 // leader reads it back with the same token; a follower reads it too.
 func TestClusterThreeNodesForm(t *testing.T) {
-	tc := newTestCluster(t, "n1", "n2", "n3")
-	first := tc.start("n1", "", 3)
-	tc.start("n2", first.gossipAddr(), 3)
-	tc.start("n3", first.gossipAddr(), 3)
-
-	var leader string
-	waitFor(t, "exactly one ready leader", 20*time.Second, func() bool {
-		ls := tc.leaders()
-		if len(ls) == 1 {
-			leader = ls[0]
-		}
-		return len(ls) == 1
-	})
+	tc, leader := formThree(t)
 	lc := tc.nodes[leader]
 	if got := lc.n.countMembers(raft.Voter); got != 3 {
 		t.Fatalf("voters = %d, want 3", got)

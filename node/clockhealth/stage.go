@@ -2,6 +2,7 @@ package clockhealth
 
 import (
 	"errors"
+	"github.com/tckclk/tckclk/node/api/wire"
 
 	"github.com/tckclk/tckclk/protocol"
 )
@@ -79,27 +80,10 @@ type Status struct {
 	SinceSampleMs    uint64          `json:"since_sample_ms"`        // monotonic ms since the last healthy sample (or start)
 }
 
-// SampleStatus is one accepted sample (SPEC §3.1 terms).
-type SampleStatus struct {
-	Agent           string `json:"agent"`
-	ReferenceUnixMs uint64 `json:"reference_unix_ms"` // R
-	UncertaintyMs   uint64 `json:"uncertainty_ms"`    // u
-	SourceAgeMs     uint64 `json:"source_age_ms"`
-	RTTMs           uint64 `json:"rtt_ms"`
-	OffsetMs        uint64 `json:"offset_ms"`      // ceil_ms(|w1 − R|)
-	ErrorBoundMs    uint64 `json:"error_bound_ms"` // rtt + u + offset + 1
-	AtUnixMs        int64  `json:"at_unix_ms"`     // w1, local wall clock when the LF arrived
-}
-
-// AgentStatus counts one agent's exchanges.
-type AgentStatus struct {
-	Addr        string `json:"addr"`
-	Exchanges   uint64 `json:"exchanges"`
-	OK          uint64 `json:"ok"`
-	Unreachable uint64 `json:"unreachable"` // connect, timeout, io
-	// ConsecutiveUnreachable resets on the agent's next answer.
-	ConsecutiveUnreachable uint64 `json:"consecutive_unreachable"`
-	LastResult             string `json:"last_result,omitempty"` // "ok" or a SPEC §1.5 reason
-	LastError              string `json:"last_error,omitempty"`
-	LastAtUnixMs           int64  `json:"last_at_unix_ms,omitempty"`
-}
+// SampleStatus is one accepted sample (SPEC §3.1 terms) and AgentStatus
+// one agent's counters: the API's wire types, so /v1/status shows them as
+// they are (node/api/wire is a stdlib-only leaf).
+type (
+	SampleStatus = wire.SampleStatus
+	AgentStatus  = wire.AgentStatus
+)
