@@ -388,6 +388,9 @@ func TestClusterGossipOnlyClient(t *testing.T) {
 	if c.n.raft() != nil {
 		t.Fatal("the client opened Raft")
 	}
+	if st, err := c.tn.c.Status(bg); err != nil || st.Role != "client" || st.Leader != lc.n.cfg.Cluster.Name {
+		t.Fatalf("client status %+v %v: want role client and leader %s", st, err, lc.n.cfg.Cluster.Name)
+	}
 	if _, err := os.Stat(c.n.dir.RaftDB()); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the client's data dir has %s (%v)", c.n.dir.RaftDB(), err)
 	}

@@ -215,6 +215,9 @@ func (n *Node) Status(ctx context.Context) wire.Status {
 		st.Leader = string(leader)
 		st.Raft = wire.RaftStatus{Term: r.CurrentTerm(), LastIndex: r.LastIndex(), CommitIndex: r.CommitIndex(), AppliedIndex: r.AppliedIndex()}
 		st.Raft.LastSnapshotIndex, _ = strconv.ParseUint(r.Stats()["last_snapshot_index"], 10, 64)
+	} else if n.cl != nil && !n.cl.eligible() {
+		st.Role = "client" // a gossip-only client: no Raft, forwards to the leader
+		st.Leader, _ = n.cl.leader()
 	} else {
 		st.Role = "starting"
 	}
