@@ -88,8 +88,15 @@ func TestHostRollbackLatchesFailed(t *testing.T) {
 	if markerExists(dir) {
 		t.Fatal("a FAILED marker exists on a healthy node")
 	}
+	if a := do(t, tn, "GET", "/livez", ""); a.status != 200 {
+		t.Fatalf("/livez on a healthy node: %d %s", a.status, a.raw)
+	}
 	clk.StepWall(-2 * time.Second)
 	wantClockFailed(t, tn, protocol.ReasonRollback)
+	// SPEC §5 liveness: a FAILED clock is not live.
+	if a := do(t, tn, "GET", "/livez", ""); a.status != 503 || !strings.Contains(a.raw, `"reason":"clock"`) {
+		t.Fatalf("/livez on a FAILED node: %d %s", a.status, a.raw)
+	}
 	// The run loop writes the marker on its own goroutine after the latch,
 	// then records that it did: wait for both.
 	waitFor(t, "the FAILED marker", 5*time.Second, func() bool { return markerExists(dir) && markerRecorded(t, tn) })

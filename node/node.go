@@ -98,6 +98,7 @@ type Node struct {
 	barrierTerm   atomic.Uint64 // term in which this leader's Barrier committed
 	expiryRounds  atomic.Uint64 // rounds of the expiry loop (tests wait on it)
 	handedOff     atomic.Bool   // a stop transferred leadership (tests read it)
+	started       time.Time     // when newNode ran (liveness boot grace)
 	leaderChanges prometheus.Counter
 }
 
@@ -127,6 +128,7 @@ func newNode(cfg Config, deps *Deps) (*Node, error) {
 	n := &Node{
 		cfg: cfg, log: deps.Logger, guard: deps.Guard, stage: newStageHolder(),
 		expiry: deps.ExpiryInterval, fsm: ticket.New(cfg.Clock.DeltaMs), notify: make(chan bool, 16),
+		started: time.Now(),
 	}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)

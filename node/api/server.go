@@ -46,6 +46,9 @@ type Backend interface {
 	Status(ctx context.Context) wire.Status
 	// Readiness is /readyz: ok only when the node serves clients.
 	Readiness() wire.Health
+	// Liveness is /livez: not ok only when the process should be restarted
+	// (it is wedged), never because it is merely not ready.
+	Liveness() wire.Health
 	Members(ctx context.Context) ([]wire.Member, error)
 	TransferLeadership(ctx context.Context, to string) error
 	RemoveMember(ctx context.Context, id string) error
@@ -203,7 +206,12 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, name string) string {
 	switch rt {
 	case rLivez:
-		writeJSON(w, http.StatusOK, wire.Health{Status: "ok"})
+		h := s.b.Liveness()
+		code := http.StatusOK
+		if h.Status != "ok" {
+			code = http.StatusServiceUnavailable
+		}
+		writeJSON(w, code, h)
 		return ""
 	case rReadyz:
 		h := s.b.Readiness()
