@@ -32,6 +32,9 @@ type testCluster struct {
 	nodes map[string]*clusterMember
 	// beforeStart, if set, edits each node's Deps before it starts.
 	beforeStart func(*Deps)
+	// faults, if set, carries every mesh connection (Raft, forwarding)
+	// so a test can cut pairs of nodes apart (partition_test.go).
+	faults *netFaults
 	// window is the bootstrap stability window (0: 300 ms).
 	window time.Duration
 }
@@ -88,7 +91,12 @@ func (tc *testCluster) startWith(name, join string, expect int, edit func(*Confi
 	t.Cleanup(gl.stop)
 	cm.an.deps.Logger = slog.New(slog.NewTextHandler(gl, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", name)
 	cm.an.deps.cluster = &clusterHooks{
-		mesh: func(c *mesh.Config) { c.BindPort = mesh.EphemeralPort },
+		mesh: func(c *mesh.Config) {
+			c.BindPort = mesh.EphemeralPort
+			if tc.faults != nil {
+				c.Dial = tc.faults.dialer(name)
+			}
+		},
 		membership: func(c *membership.Config) {
 			c.JoinBackoffMin, c.JoinBackoffMax, c.RejoinInterval = 50*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
 			c.Timing = membership.Timing{ProbeInterval: 100 * time.Millisecond, ProbeTimeout: 80 * time.Millisecond, SuspicionMult: 2,
