@@ -2,6 +2,7 @@ package node
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,4 +80,25 @@ func TestClusterGracefulStopHandsOff(t *testing.T) {
 	if err != nil || got.Token != g.Token || got.Holder != "h" {
 		t.Fatalf("after the hand-off: %+v %v (want token %d)", got, err, g.Token)
 	}
+}
+
+// SPEC §5 "Metrics": a cluster node's /metrics carries the cluster series
+// with exactly the SPEC's names.
+func TestClusterMetricsNames(t *testing.T) {
+	tc, leader := formThree(t)
+	lc := tc.nodes[leader]
+	want := []string{
+		"raft_state 2", "raft_voters 3", "raft_non_voters 0", "raft_term ", "raft_leader_changes_total ",
+		"raft_voter_churn_burst_total ", `gossip_members{state="alive"} 3`, "gossip_convergence_seconds_count ",
+		"clock_health_state 1", "clock_error_bound_ms ", "tickets_active 0",
+	}
+	waitFor(t, "every cluster series on /metrics", 10*time.Second, func() bool {
+		raw := do(t, lc.tn, "GET", "/metrics", "").raw
+		for _, w := range want {
+			if !strings.Contains(raw, "\n"+w) {
+				return false
+			}
+		}
+		return true
+	})
 }
