@@ -1,0 +1,220 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/tckclk/tckclk/node/api/client"
+	"github.com/tckclk/tckclk/node/cluster/mesh"
+)
+
+// restart stops name gracefully and starts it again on the same data dir
+// and mesh port, joining the gossip at join.
+func (tc *testCluster) restart(name, join string) *clusterMember {
+	t := tc.t
+	t.Helper()
+	old := tc.nodes[name]
+	cfg := old.an.cfg
+	_, p, err := net.SplitHostPort(old.n.cl.mesh.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	meshPort, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.tn.stop(); err != nil {
+		t.Fatalf("graceful stop of %s: %v", name, err)
+	}
+	prev := tc.beforeStart
+	defer func() { tc.beforeStart = prev }()
+	tc.beforeStart = func(d *Deps) {
+		if prev != nil {
+			prev(d)
+		}
+		hook := d.cluster.mesh
+		d.cluster.mesh = func(c *mesh.Config) { hook(c); c.BindPort = meshPort }
+	}
+	return tc.startWith(name, join, cfg.Cluster.Raft.BootstrapExpect, func(c *Config) {
+		c.Cluster.Raft = cfg.Cluster.Raft // the same data dir and Raft settings
+	})
+}
+
+// voterIn reports whether id is a voter in cm's Raft configuration.
+func voterIn(cm *clusterMember, id string) bool {
+	r := cm.n.raft()
+	if r == nil {
+		return false
+	}
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == id {
+			return s.Suffrage == raft.Voter
+		}
+	}
+	return false
+}
+
+// ack is what a client was told about one ticket.
+type ack struct {
+	held        bool // the last acknowledged operation was a grant
+	token       uint64
+	validBefore uint64
+	tokens      []uint64 // every acknowledged grant's token, in order
+}
+
+// loadWorker grants and releases its own tickets through the nodes in
+// turn until stop closes. A ticket whose operation failed (its outcome is
+// unknown: the node may have been stopping) is dropped from the check and
+// the worker moves on to a fresh name.
+type loadWorker struct {
+	id      int
+	clients []*atomic.Pointer[client.Client]
+	acks    map[string]*ack // ticket → its acknowledged state
+	dropped map[string]bool
+	ops     int
+}
+
+func (w *loadWorker) run(stop <-chan struct{}) {
+	holder := fmt.Sprintf("holder-%d", w.id)
+	const slots = 6
+	var gen [slots]int
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		slot := i % slots
+		name := fmt.Sprintf("w%d-s%d-g%d", w.id, slot, gen[slot])
+		c := w.clients[i%len(w.clients)].Load()
+		a := w.acks[name]
+		if a == nil {
+			a = &ack{}
+			w.acks[name] = a
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		var err error
+		if a.held {
+			_, err = c.Release(ctx, name, holder, a.token)
+			if err == nil {
+				a.held = false
+			}
+		} else {
+			var g *client.Lease
+			g, err = c.Grant(ctx, name, holder, 60)
+			if err == nil {
+				a.held, a.token, a.validBefore = true, g.Token, g.ConservativeValidBeforeUnixMs
+				a.tokens = append(a.tokens, g.Token)
+			}
+		}
+		cancel()
+		if err != nil {
+			w.dropped[name] = true
+			gen[slot]++
+			continue
+		}
+		w.ops++
+	}
+}
+
+// SPEC §5, issue 12 items 6 and 8: a three-node cluster under continuous
+// grant/release load through every node; each node is stopped gracefully
+// and started again on its data dir, one at a time, waiting until it is a
+// voter again and the cluster has a ready leader. Afterwards every
+// acknowledged grant not released is on the leader with the same token and
+// expiry, released ones are gone, and tokens strictly increase per ticket
+// and are never reused.
+func TestClusterRollingRestartUnderLoad(t *testing.T) {
+	tc, _ := formThree(t)
+	tc.waitReady(tc.names...)
+	clients := make([]*atomic.Pointer[client.Client], len(tc.names))
+	for i, name := range tc.names {
+		clients[i] = &atomic.Pointer[client.Client]{}
+		clients[i].Store(tc.nodes[name].tn.c)
+	}
+	const nWorkers = 3
+	workers := make([]*loadWorker, nWorkers)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range workers {
+		// Each worker starts at another node: every node takes load.
+		cs := append(slices.Clone(clients[i%len(clients):]), clients[:i%len(clients)]...)
+		workers[i] = &loadWorker{id: i, clients: cs, acks: map[string]*ack{}, dropped: map[string]bool{}}
+		wg.Go(func() { workers[i].run(stop) })
+	}
+	stopLoad := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer stopLoad()
+
+	for i, name := range tc.names {
+		join := tc.nodes[tc.names[(i+1)%len(tc.names)]].gossipAddr()
+		cm := tc.restart(name, join)
+		clients[i].Store(cm.tn.c)
+		var leader string
+		waitFor(t, name+" a voter again under a ready leader", 20*time.Second, func() bool {
+			ls := tc.leaders()
+			if len(ls) != 1 {
+				return false
+			}
+			leader = ls[0]
+			return voterIn(tc.nodes[leader], name) && len(configIDs(tc.nodes[leader])) == 3
+		})
+		tc.waitReady(name)
+		t.Logf("restarted %s; leader %s", name, leader)
+	}
+	// Some load after the last restart, then stop it.
+	firstGrant(t, tc.others(""), "after-roll", 10*time.Second)
+	stopLoad()
+
+	leader := tc.leader()
+	lc := tc.nodes[leader]
+	// Read on the leader's FSM once it applied everything it committed.
+	if err := lc.n.raft().Barrier(5 * time.Second).Error(); err != nil {
+		t.Fatalf("barrier on %s: %v", leader, err)
+	}
+	seen := map[uint64]string{}
+	ops, checked, dropped := 0, 0, 0
+	for _, w := range workers {
+		ops += w.ops
+		dropped += len(w.dropped)
+		for name, a := range w.acks {
+			for j, tok := range a.tokens {
+				if j > 0 && tok <= a.tokens[j-1] {
+					t.Errorf("%s: tokens %v not strictly increasing", name, a.tokens)
+				}
+				if other, dup := seen[tok]; dup {
+					t.Errorf("token %d issued for %s and %s", tok, other, name)
+				}
+				seen[tok] = name
+			}
+			if w.dropped[name] {
+				continue
+			}
+			checked++
+			got, ok := lc.n.fsm.Get(name)
+			switch {
+			case a.held && !ok:
+				t.Errorf("%s: acknowledged grant (token %d) lost on the leader", name, a.token)
+			case a.held && (got.Token != a.token || got.ValidBeforeMs != a.validBefore || got.Holder != fmt.Sprintf("holder-%d", w.id)):
+				t.Errorf("%s: leader holds %+v, acknowledged token %d valid before %d", name, got, a.token, a.validBefore)
+			case !a.held && ok:
+				t.Errorf("%s: released, but the leader still holds %+v", name, got)
+			}
+		}
+	}
+	t.Logf("%d acknowledged operations, %d tickets checked, %d dropped (outcome unknown), %d tokens", ops, checked, dropped, len(seen))
+	if ops < 30 || checked == 0 {
+		t.Fatalf("too little load: %d operations, %d tickets checked", ops, checked)
+	}
+}
