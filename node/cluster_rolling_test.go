@@ -218,3 +218,67 @@ func TestClusterRollingRestartUnderLoad(t *testing.T) {
 		t.Fatalf("too little load: %d operations, %d tickets checked", ops, checked)
 	}
 }
+
+// SPEC §5, issue 12 item 8: the leader of a three-node cluster snapshots
+// and truncates its log to a few entries; a fourth node (bootstrap_expect
+// 0) then joins, is added by the reconciler and can only catch up by
+// installing the snapshot. Its FSM holds every ticket with the leader's
+// token, holder, conservative and server expiry, and nothing else.
+func TestClusterSnapshotInstallOnNewcomer(t *testing.T) {
+	small := func(c *Config) {
+		c.Cluster.Raft.TrailingLogs = 4
+		c.Cluster.Raft.SnapshotInterval = time.Hour // snapshots are forced
+	}
+	tc := newTestCluster(t, "n1", "n2", "n3", "n4")
+	first := tc.startWith("n1", "", 3, small)
+	tc.startWith("n2", first.gossipAddr(), 3, small)
+	tc.startWith("n3", first.gossipAddr(), 3, small)
+	leader := tc.leader()
+	lc := tc.nodes[leader]
+	const nTickets = 120
+	for i := range nTickets {
+		name := fmt.Sprintf("t%03d", i)
+		g, err := lc.tn.c.Grant(bg, name, fmt.Sprintf("h%d", i%7), 1+i%250)
+		if err != nil {
+			t.Fatalf("grant %s: %v", name, err)
+		}
+		if i%5 == 0 { // holes in the state
+			if _, err := lc.tn.c.Release(bg, name, g.Holder, g.Token); err != nil {
+				t.Fatalf("release %s: %v", name, err)
+			}
+		}
+	}
+	r := lc.n.raft()
+	if err := r.Snapshot().Error(); err != nil {
+		t.Fatalf("snapshot on %s: %v", leader, err)
+	}
+	snapIdx := r.LastIndex()
+	// Entries after the snapshot reach the newcomer by the log.
+	for i := range 3 {
+		if _, err := lc.tn.c.Grant(bg, fmt.Sprintf("late%d", i), "late", 30); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	nc := tc.startWith("n4", lc.gossipAddr(), 0, small)
+	waitFor(t, "n4 in the configuration", 20*time.Second, func() bool { return slices.Contains(configIDs(lc), "n4") })
+	if err := r.Barrier(5 * time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	want := lc.n.fsm.Index()
+	waitFor(t, "n4 caught up", 20*time.Second, func() bool { return nc.n.fsm.Index() >= want })
+	st := nc.n.raft().Stats()
+	if si, _ := strconv.ParseUint(st["last_snapshot_index"], 10, 64); si < snapIdx-4 {
+		t.Fatalf("n4's last snapshot index %s, want the leader's snapshot (≥ %d): it did not install one", st["last_snapshot_index"], snapIdx-4)
+	}
+	lt, _ := lc.n.fsm.List("", 1000)
+	nt, _ := nc.n.fsm.List("", 1000)
+	if len(lt) != nTickets-nTickets/5+3 || len(nt) != len(lt) {
+		t.Fatalf("leader holds %d tickets, n4 %d; want %d", len(lt), len(nt), nTickets-nTickets/5+3)
+	}
+	for i := range lt {
+		if lt[i] != nt[i] {
+			t.Errorf("ticket %d: leader %+v, n4 %+v", i, lt[i], nt[i])
+		}
+	}
+}
