@@ -3,16 +3,20 @@ package node
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/node/api/client"
+	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/cluster/mesh"
 )
 
@@ -282,3 +286,101 @@ func TestClusterSnapshotInstallOnNewcomer(t *testing.T) {
 		}
 	}
 }
+
+// logRecord keeps every log line written to it (and shows it on t.Log
+// until the test ends).
+type logRecord struct {
+	gl    *guardedLog
+	mu    sync.Mutex
+	lines []string
+}
+
+func (r *logRecord) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	r.lines = append(r.lines, string(p))
+	r.mu.Unlock()
+	return r.gl.Write(p)
+}
+
+// has reports whether one line contains every part.
+func (r *logRecord) has(parts ...string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range r.lines {
+		if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(l, p) }) {
+			return true
+		}
+	}
+	return false
+}
+
+// SPEC §5 "Membership" (bad input), issue 12 item 8: a raw memberlist node
+// with a trusted name and the gossip key, advertising garbage metadata,
+// joins a running cluster's gossip. It is refused and logged, never in
+// /v1/cluster/members or Raft; the reconciler keeps working: a proper node
+// joining afterwards is added.
+func TestClusterMalformedMetaIgnored(t *testing.T) {
+	tc := newTestCluster(t, "n1", "n2", "n3", "bad", "n4")
+	gl := &guardedLog{t: t}
+	t.Cleanup(gl.stop)
+	rec := &logRecord{gl: gl}
+	tc.beforeStart = func(d *Deps) {
+		d.Logger = slog.New(slog.NewTextHandler(rec, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	first := tc.start("n1", "", 3)
+	tc.start("n2", first.gossipAddr(), 3)
+	tc.start("n3", first.gossipAddr(), 3)
+	leader := tc.leader()
+	lc := tc.nodes[leader]
+
+	mc := memberlist.DefaultLocalConfig()
+	mc.Name, mc.BindAddr, mc.BindPort = "bad", "127.0.0.1", 0
+	mc.SecretKey = []byte("0123456789abcdef") // gossipSecret, decoded
+	mc.ProbeInterval, mc.ProbeTimeout, mc.GossipInterval = 100*time.Millisecond, 80*time.Millisecond, 50*time.Millisecond
+	mc.Delegate = rawDelegate{meta: []byte{1, 0xff, 'g', 'a', 'r', 'b', 'a', 'g', 'e'}}
+	mc.LogOutput = gl
+	raw, err := memberlist.Create(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = raw.Shutdown() }()
+	_, _ = raw.Join([]string{lc.gossipAddr()}) // refused: the answer does not matter
+	waitFor(t, "the malformed member refused and logged", 10*time.Second, func() bool {
+		return rec.has("peer refused", `\"bad\"`, "reason="+membership.ReasonMalformedMeta)
+	})
+
+	nc := tc.start("n4", first.gossipAddr(), 0)
+	waitFor(t, "n4 added by the reconciler", 20*time.Second, func() bool { return slices.Contains(configIDs(lc), "n4") })
+	if _, err := lc.tn.c.Grant(bg, "after", "h", 30); err != nil {
+		t.Fatalf("grant after the malformed member: %v", err)
+	}
+	for _, cm := range []*clusterMember{lc, nc} {
+		if slices.Contains(configIDs(cm), "bad") {
+			t.Fatalf("the malformed member is in Raft: %v", configIDs(cm))
+		}
+		if _, ok := memberMeta(cm.n, "bad"); ok {
+			t.Fatal("the malformed member is in gossip")
+		}
+	}
+	ms, err := lc.n.Members(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.ID == "bad" {
+			t.Fatalf("the malformed member is in /v1/cluster/members: %+v", m)
+		}
+	}
+	if len(ms) != 4 {
+		t.Fatalf("members %+v, want n1–n4", ms)
+	}
+}
+
+// rawDelegate advertises whatever bytes it is given as metadata.
+type rawDelegate struct{ meta []byte }
+
+func (d rawDelegate) NodeMeta(int) []byte           { return d.meta }
+func (rawDelegate) NotifyMsg([]byte)                {}
+func (rawDelegate) GetBroadcasts(int, int) [][]byte { return nil }
+func (rawDelegate) LocalState(bool) []byte          { return nil }
+func (rawDelegate) MergeRemoteState([]byte, bool)   {}
