@@ -7,6 +7,7 @@ package node
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -81,6 +82,7 @@ type clusterNode struct {
 	key    ed25519.PrivateKey
 	trust  *identity.Store
 	secret []byte
+	tls    *tls.Config // the mesh's mutual TLS (nil: disabled), loaded at start-up
 	mesh   *mesh.Mesh
 	mem    *membership.Membership
 	tr     *raft.NetworkTransport
@@ -135,7 +137,13 @@ func (n *Node) loadCluster() (*clusterNode, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl := &clusterNode{n: n, log: n.log.With("component", "cluster"), key: key, trust: trust, secret: secret}
+	// TLS files are checked here, before the node serves or proves its
+	// clock: a misconfiguration is a start-up refusal (exit 2).
+	tlsConf, err := mesh.LoadTLS(mesh.TLSConfig(in.TLS))
+	if err != nil {
+		return nil, err
+	}
+	cl := &clusterNode{n: n, log: n.log.With("component", "cluster"), key: key, trust: trust, secret: secret, tls: tlsConf}
 	cl.fwd.cl = cl
 	cl.initLifecycle()
 	return cl, nil
@@ -144,10 +152,7 @@ func (n *Node) loadCluster() (*clusterNode, error) {
 // listenMesh binds the mesh and builds Raft's transport on it.
 func (cl *clusterNode) listenMesh(h *clusterHooks) error {
 	cfg := &cl.n.cfg
-	tlsConf, err := mesh.LoadTLS(mesh.TLSConfig(cfg.Cluster.Internode.TLS))
-	if err != nil {
-		return err
-	}
+	tlsConf := cl.tls
 	mc := mesh.Config{
 		NodeID: cfg.Cluster.Name, Key: cl.key, GossipSecret: cl.secret, Trust: cl.trust, Advertised: &cl.adv,
 		TLS: tlsConf, BindAddr: cfg.Cluster.Membership.BindAddr, BindPort: cfg.Cluster.Internode.BindPort,
@@ -156,6 +161,7 @@ func (cl *clusterNode) listenMesh(h *clusterHooks) error {
 	if h != nil && h.mesh != nil {
 		h.mesh(&mc)
 	}
+	var err error
 	if cl.mesh, err = mesh.Listen(mc); err != nil {
 		return fmt.Errorf("node: mesh: %w", err)
 	}

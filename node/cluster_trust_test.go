@@ -1,0 +1,182 @@
+package node
+
+import (
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
+	"errors"
+	"maps"
+	"math/big"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tckclk/tckclk/internal/config"
+)
+
+// trustCA is a test certificate authority for the mesh's mutual TLS.
+type trustCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	file string // the CA's PEM file
+}
+
+func newTrustCA(t *testing.T, name string) *trustCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := writeFile(t, t.TempDir(), "ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), 0o644)
+	return &trustCA{cert: cert, key: key, file: file}
+}
+
+// leaf issues a serverAuth+clientAuth certificate and returns the PEM
+// files of the certificate and its key.
+func (ca *trustCA) leaf(t *testing.T, name string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile = writeFile(t, dir, name+".pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), 0o644)
+	keyFile = writeFile(t, dir, name+".key", string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})), 0o600)
+	return certFile, keyFile
+}
+
+// clusterConfig is a valid cluster node "a" (with a running agent) whose
+// config edit is applied last; Deps are the agent node's.
+func clusterConfig(t *testing.T, edit func(*Config)) *agentNode {
+	t.Helper()
+	tc := newTestCluster(t, "a", "b")
+	return newAgentNode(t, t.TempDir(), []byte(clockSecret), func(c *Config) {
+		c.Cluster.Enabled = true
+		c.Cluster.Name = "a"
+		c.Cluster.Membership.BindAddr = "127.0.0.1"
+		c.Cluster.Membership.SecretKey = SecretString(gossipSecret)
+		c.Cluster.Internode.IdentityKey = SecretString(base64.StdEncoding.EncodeToString(tc.keys["a"].Seed()))
+		c.Cluster.Internode.TrustedPeerKeys = maps.Clone(tc.trust)
+		c.Cluster.Raft.BootstrapExpect = 1
+		if edit != nil {
+			edit(c)
+		}
+	})
+}
+
+// SPEC §5, issue 11 items 2, 6 and "Bad input": every identity, trust,
+// gossip-secret and TLS misconfiguration of a cluster node refuses
+// start-up on the node's own start path with a *config.Error naming the
+// key (ticketd's exit 2), before the node serves or proves its clock.
+func TestClusterStartupRefusals(t *testing.T) {
+	dir := t.TempDir()
+	seedA := base64.StdEncoding.EncodeToString(ed25519.NewKeyFromSeed(make([]byte, 32)).Seed())
+	ca := newTrustCA(t, "ca")
+	certA, keyA := ca.leaf(t, "a")
+	_, keyOther := ca.leaf(t, "other")
+	otherPub := base64.StdEncoding.EncodeToString(ed25519.NewKeyFromSeed(bytesOf(9, 32)).Public().(ed25519.PublicKey))
+	const (
+		idKey     = "cluster.internode.identity_key"
+		idKeyFile = "cluster.internode.identity_key_file"
+		trust     = "cluster.internode.trusted_peer_keys"
+		secret    = "cluster.membership.secret_key"
+		secretF   = "cluster.membership.secret_file"
+	)
+	cases := []struct {
+		name, path, says string
+		edit             func(*Config)
+	}{
+		{"no identity key", idKey, "identity is required", func(c *Config) { c.Cluster.Internode.IdentityKey = "" }},
+		{"inline and file", idKey, "not both", func(c *Config) {
+			c.Cluster.Internode.IdentityKeyFile = writeFile(t, dir, "both.key", seedA, 0o600)
+		}},
+		{"bad base64", idKey, "base64", func(c *Config) { c.Cluster.Internode.IdentityKey = "not*base64!" }},
+		{"wrong length", idKey, "decodes to 16 bytes", func(c *Config) {
+			c.Cluster.Internode.IdentityKey = SecretString(base64.StdEncoding.EncodeToString(bytesOf(1, 16)))
+		}},
+		{"key file mode 0644", idKeyFile, "", func(c *Config) {
+			c.Cluster.Internode.IdentityKey = ""
+			c.Cluster.Internode.IdentityKeyFile = writeFile(t, dir, "open.key", seedA, 0o644)
+		}},
+		{"trust map without this node", trust, "no entry for this node", func(c *Config) { delete(c.Cluster.Internode.TrustedPeerKeys, "a") }},
+		{"trust map with another key for this node", trust + ".a", "not this node's public key", func(c *Config) {
+			c.Cluster.Internode.TrustedPeerKeys["a"] = otherPub
+		}},
+		{"bad trust entry", trust + ".b", "", func(c *Config) { c.Cluster.Internode.TrustedPeerKeys["b"] = "%%%" }},
+		{"empty trust map", trust, "empty", func(c *Config) { c.Cluster.Internode.TrustedPeerKeys = nil }},
+		{"no gossip secret", secret, "always encrypted", func(c *Config) { c.Cluster.Membership.SecretKey = "" }},
+		{"both gossip secret forms", secretF, "not both", func(c *Config) {
+			c.Cluster.Membership.SecretFile = writeFile(t, dir, "gossip.key", base64.StdEncoding.EncodeToString(bytesOf(3, 16)), 0o600)
+		}},
+		{"gossip secret of a bad length", secret, "want 16, 24 or 32", func(c *Config) {
+			c.Cluster.Membership.SecretKey = SecretString(base64.StdEncoding.EncodeToString(bytesOf(2, 20)))
+		}},
+		{"tls paths without enabled", "cluster.internode.tls.enabled", "enabled is not true", func(c *Config) {
+			c.Cluster.Internode.TLS = TLSConfig{CertFile: certA, KeyFile: keyA, CAFile: ca.file}
+		}},
+		{"tls enabled with a missing cert", "cluster.internode.tls.cert_file", "", func(c *Config) {
+			c.Cluster.Internode.TLS = TLSConfig{Enabled: true, CertFile: filepath.Join(dir, "absent.pem"), KeyFile: keyA, CAFile: ca.file}
+		}},
+		{"tls enabled without a CA", "cluster.internode.tls.ca_file", "required", func(c *Config) {
+			c.Cluster.Internode.TLS = TLSConfig{Enabled: true, CertFile: certA, KeyFile: keyA}
+		}},
+		{"tls cert/key mismatch", "cluster.internode.tls.key_file", "does not hold the private key", func(c *Config) {
+			c.Cluster.Internode.TLS = TLSConfig{Enabled: true, CertFile: certA, KeyFile: keyOther, CAFile: ca.file}
+		}},
+		{"no agent configured", "clock.agent_addr", "clock health", func(c *Config) { c.Clock.AgentAddr = "" }},
+	}
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			an := clusterConfig(t, tt.edit)
+			err := runRefused(t, an.cfg, an.deps)
+			var ce *config.Error
+			if !errors.As(err, &ce) || ce.Path != tt.path {
+				t.Fatalf("Run = %v; want a *config.Error naming %s", err, tt.path)
+			}
+			if !strings.Contains(err.Error(), tt.says) {
+				t.Fatalf("Run = %v; want it to say %q", err, tt.says)
+			}
+			// Secrets never appear in the refusal.
+			for _, s := range []string{seedA, gossipSecret, string(an.cfg.Cluster.Internode.IdentityKey)} {
+				if s != "" && strings.Contains(err.Error(), s) {
+					t.Fatalf("the refusal echoes a secret: %v", err)
+				}
+			}
+		})
+	}
+}
+
+func bytesOf(b byte, n int) []byte { return []byte(strings.Repeat(string([]byte{b}), n)) }
