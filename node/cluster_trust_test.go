@@ -10,9 +10,11 @@ import (
 	"encoding/base64"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"maps"
 	"math/big"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -180,3 +182,63 @@ func TestClusterStartupRefusals(t *testing.T) {
 }
 
 func bytesOf(b byte, n int) []byte { return []byte(strings.Repeat(string([]byte{b}), n)) }
+
+// metricSum adds the values of every /metrics series line starting with
+// prefix (e.g. `gossip_join_attempts_total{`).
+func metricSum(t *testing.T, tn *testNode, prefix string) float64 {
+	t.Helper()
+	var sum float64
+	for _, l := range strings.Split(do(t, tn, "GET", "/metrics", "").raw, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			var v float64
+			if _, err := fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v); err == nil {
+				sum += v
+			}
+		}
+	}
+	return sum
+}
+
+// SPEC §5, issue 11 items 2 and 8: a node whose key is not in the others'
+// trust map joins their gossip again and again and is never let in: not
+// in the Raft configuration, not alive in /v1/cluster/members; the
+// refusals are counted; the cluster keeps granting.
+func TestClusterUntrustedNodeKeptOut(t *testing.T) {
+	tc := newTestCluster(t, "n1", "n2", "n3", "x")
+	own := maps.Clone(tc.trust)
+	delete(tc.trust, "x") // the cluster does not trust x
+	first := tc.start("n1", "", 3)
+	tc.start("n2", first.gossipAddr(), 3)
+	tc.start("n3", first.gossipAddr(), 3)
+	var leader string
+	waitFor(t, "exactly one ready leader", 20*time.Second, func() bool {
+		ls := tc.leaders()
+		if len(ls) == 1 {
+			leader = ls[0]
+		}
+		return len(ls) == 1
+	})
+	x := tc.startWith("x", first.gossipAddr(), 0, func(c *Config) { c.Cluster.Internode.TrustedPeerKeys = own })
+	waitFor(t, "x joined the gossip (it trusts the cluster)", 20*time.Second, func() bool {
+		return metricSum(t, x.tn, `gossip_join_attempts_total{result="ok"}`) >= 1
+	})
+	waitFor(t, "the cluster refused x 3 times", 10*time.Second, func() bool {
+		return metricSum(t, first.tn, `gossip_refused_total{reason="untrusted_name"}`) >= 3
+	})
+	lc := tc.nodes[leader]
+	if slices.Contains(configIDs(lc), "x") {
+		t.Fatalf("x is in the Raft configuration %v", configIDs(lc))
+	}
+	ms, err := lc.n.Members(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.ID == "x" && m.Gossip == "alive" {
+			t.Fatalf("x is alive in /v1/cluster/members: %+v", m)
+		}
+	}
+	if _, err := tc.nodes["n2"].tn.c.Grant(bg, "still", "w", 30); err != nil {
+		t.Fatalf("the cluster stopped granting: %v", err)
+	}
+}
