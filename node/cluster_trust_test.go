@@ -242,3 +242,37 @@ func TestClusterUntrustedNodeKeptOut(t *testing.T) {
 		t.Fatalf("the cluster stopped granting: %v", err)
 	}
 }
+
+// SPEC §5, issue 11 items 1 and 8: a trusted node with the wrong gossip
+// key never gets in: its joins fail (counted on its /metrics), it is not
+// in the Raft configuration nor alive in members, the cluster grants.
+func TestClusterWrongGossipKeyKeptOut(t *testing.T) {
+	tc, leader := formThree(t)
+	tc.names = append(tc.names, "x")
+	k := ed25519.NewKeyFromSeed(bytesOf(7, 32))
+	tc.keys["x"] = k
+	tc.trust["x"] = base64.StdEncoding.EncodeToString(k.Public().(ed25519.PublicKey))
+	lc := tc.nodes[leader]
+	x := tc.startWith("x", lc.gossipAddr(), 0, func(c *Config) {
+		c.Cluster.Internode.TrustedPeerKeys = maps.Clone(tc.trust)
+		c.Cluster.Membership.SecretKey = SecretString(base64.StdEncoding.EncodeToString(bytesOf(5, 16)))
+	})
+	waitFor(t, "x failed 3 join attempts", 20*time.Second, func() bool {
+		return metricSum(t, x.tn, `gossip_join_attempts_total{result="error"}`) >= 3
+	})
+	if slices.Contains(configIDs(lc), "x") {
+		t.Fatalf("x is in the Raft configuration %v", configIDs(lc))
+	}
+	ms, err := lc.n.Members(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.ID == "x" && m.Gossip == "alive" {
+			t.Fatalf("x is alive in /v1/cluster/members: %+v", m)
+		}
+	}
+	if _, err := lc.tn.c.Grant(bg, "still", "w", 30); err != nil {
+		t.Fatalf("the cluster stopped granting: %v", err)
+	}
+}
