@@ -358,7 +358,7 @@ func (n *Node) expireDue(ctx context.Context, now time.Time) {
 	}
 	for _, f := range futs {
 		result := "error"
-		r, err := consensus.Await(ctx, f)
+		r, err := cons.Await(ctx, f)
 		switch {
 		case err == nil:
 			result = r.Code.String()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -65,14 +66,17 @@ type Options struct {
 
 // Raft is an open Raft instance and its stores.
 type Raft struct {
-	r      *raft.Raft
-	store  *raftboltdb.BoltStore
-	trans  raft.Transport
-	snaps  *raft.FileSnapshotStore
-	dbPath string
-	ownsTr bool
-	dir    *datadir.Dir
-	closed atomic.Bool // p.r stays set after Close: readers may still hold it (it answers ErrRaftShutdown)
+	r       *raft.Raft
+	store   *raftboltdb.BoltStore
+	trans   raft.Transport
+	snaps   *raft.FileSnapshotStore
+	dbPath  string
+	ownsTr  bool
+	dir     *datadir.Dir
+	closed  atomic.Bool    // p.r stays set after Close: readers may still hold it (it answers ErrRaftShutdown)
+	waiters sync.WaitGroup // future readers started by wait
+	wmu     sync.Mutex     // orders waiters.Add against Close's Wait
+	closing bool           // under wmu: Close started, wait refuses new readers
 }
 
 // Open verifies and restores the newest snapshot, opens the log, bootstraps
@@ -224,8 +228,19 @@ func (p *Raft) BootstrapCluster(conf raft.Configuration) error {
 func (p *Raft) Close() error {
 	var errs []error
 	if p.r != nil && p.closed.CompareAndSwap(false, true) {
+		p.wmu.Lock()
+		p.closing = true
+		p.wmu.Unlock()
 		if err := p.r.Shutdown().Error(); err != nil && !errors.Is(err, raft.ErrRaftShutdown) {
 			errs = append(errs, err)
+		}
+		// Shutdown answers every pending future; their readers end now.
+		done := make(chan struct{})
+		go func() { p.waiters.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			errs = append(errs, errors.New("consensus: raft futures still unanswered 5 s after shutdown"))
 		}
 		if p.store != nil {
 			var snapIndex uint64

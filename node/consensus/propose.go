@@ -40,15 +40,27 @@ func mapErr(err error) error {
 	return fmt.Errorf("consensus: %w", err)
 }
 
-// wait waits for f under ctx (and a default bound without a deadline).
-func wait(ctx context.Context, f raft.Future) error {
+// wait waits for f under ctx (and a default bound without a deadline). The
+// goroutine that reads the future is counted in p.waiters: Close waits for
+// them after Raft's shutdown has answered every future.
+func (p *Raft) wait(ctx context.Context, f raft.Future) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, defaultWait)
 		defer cancel()
 	}
 	done := make(chan error, 1)
-	go func() { done <- f.Error() }() // ends when Raft answers, at the latest at shutdown
+	p.wmu.Lock()
+	if p.closing {
+		p.wmu.Unlock()
+		return fmt.Errorf("%w: closing", ErrShutdown)
+	}
+	p.waiters.Add(1)
+	p.wmu.Unlock()
+	go func() { // ends when Raft answers, at the latest at shutdown
+		defer p.waiters.Done()
+		done <- f.Error()
+	}()
 	select {
 	case err := <-done:
 		return mapErr(err)
@@ -67,7 +79,7 @@ func enqueueTimeout(ctx context.Context) time.Duration {
 // Propose applies one encoded entry and returns the FSM's answer.
 func (p *Raft) Propose(ctx context.Context, data []byte) (ticket.Result, error) {
 	f := p.r.Apply(data, enqueueTimeout(ctx))
-	if err := wait(ctx, f); err != nil {
+	if err := p.wait(ctx, f); err != nil {
 		return ticket.Result{}, err
 	}
 	res, ok := f.Response().(ticket.Result)
@@ -84,8 +96,8 @@ func (p *Raft) ProposeAsync(ctx context.Context, data []byte) raft.ApplyFuture {
 }
 
 // Await waits for a ProposeAsync future under ctx.
-func Await(ctx context.Context, f raft.ApplyFuture) (ticket.Result, error) {
-	if err := wait(ctx, f); err != nil {
+func (p *Raft) Await(ctx context.Context, f raft.ApplyFuture) (ticket.Result, error) {
+	if err := p.wait(ctx, f); err != nil {
 		return ticket.Result{}, err
 	}
 	res, _ := f.Response().(ticket.Result)
@@ -94,10 +106,10 @@ func Await(ctx context.Context, f raft.ApplyFuture) (ticket.Result, error) {
 
 // Barrier commits a barrier: every earlier entry is applied when it returns.
 func (p *Raft) Barrier(ctx context.Context) error {
-	return wait(ctx, p.r.Barrier(enqueueTimeout(ctx)))
+	return p.wait(ctx, p.r.Barrier(enqueueTimeout(ctx)))
 }
 
 // VerifyLeader confirms with a quorum that this node still leads.
 func (p *Raft) VerifyLeader(ctx context.Context) error {
-	return wait(ctx, p.r.VerifyLeader())
+	return p.wait(ctx, p.r.VerifyLeader())
 }
