@@ -38,6 +38,7 @@ func (b *bodyBackend) List(context.Context, string, int) ([]ticket.Ticket, bool,
 }
 func (b *bodyBackend) Status(context.Context) wire.Status               { return wire.Status{} }
 func (b *bodyBackend) Readiness() wire.Health                           { return wire.Health{Status: "ok"} }
+func (b *bodyBackend) Liveness() wire.Health                            { return wire.Health{Status: "ok"} }
 func (b *bodyBackend) Members(context.Context) ([]wire.Member, error)   { return nil, errUnused }
 func (b *bodyBackend) TransferLeadership(context.Context, string) error { return errUnused }
 func (b *bodyBackend) RemoveMember(context.Context, string) error       { return errUnused }
