@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/tckclk/tckclk/internal/secret"
 	"github.com/tckclk/tckclk/node/api"
+	"github.com/tckclk/tckclk/node/api/wire"
 	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/consensus"
 	"github.com/tckclk/tckclk/node/datadir"
@@ -66,6 +67,12 @@ type Deps struct {
 	ReloadConfig func() (Config, error)
 
 	cluster *clusterHooks // tests in this package: cluster library tuning
+
+	// Readiness, if set, is called with what /readyz says whenever it
+	// changes (checked every 250 ms on the node's own goroutine), and a
+	// last time with stage stopping: cmd/ticketd turns it into sd_notify
+	// READY=1 / STATUS= / STOPPING=1 for a Type=notify unit.
+	Readiness func(wire.Health)
 }
 
 // Run runs a ticketd node until ctx ends or the node fails. Commands set
@@ -187,6 +194,10 @@ func (n *Node) run(ctx context.Context, deps *Deps) (err error) {
 		n.stage.set(StageStopping, "")
 		srv.stop()
 	}()
+	if deps.Readiness != nil {
+		stopWatch := n.watchReadiness(deps.Readiness, 250*time.Millisecond)
+		defer stopWatch()
+	}
 
 	var failed <-chan struct{}
 	if f, ok := n.guard.(interface{ Failed() <-chan struct{} }); ok {

@@ -134,7 +134,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env secre
 			}
 		}
 	}()
-	if err := a.Run(ctx); err != nil {
+	stopped, notified := make(chan struct{}), make(chan struct{})
+	go func() { defer close(notified); notifyReadiness(ctx, a, log, stopped) }()
+	err = a.Run(ctx)
+	close(stopped)
+	<-notified
+	if err != nil {
 		log.Error("agent failed", "err", err)
 		return 1
 	}

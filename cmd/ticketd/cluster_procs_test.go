@@ -402,7 +402,7 @@ func TestClusterNodeExample(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("%s: --print-config exit %d: %s", path, code, errs)
 	}
-	for _, want := range []string{"enabled: true", "bootstrap_expect: 3", "identity_key_file: /etc/tckclk/node-1.key", "agent_addr: 127.0.0.1:7970"} {
+	for _, want := range []string{"enabled: true", "bootstrap_expect: 3", "identity_key_file: /run/credentials/ticketd.service/identity.key", "agent_addr: 127.0.0.1:7970"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("%s: effective config lacks %q:\n%s", path, want, out)
 		}

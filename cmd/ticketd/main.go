@@ -123,7 +123,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}()
 	// Every file and directory the node creates is owner-only (issue 10).
 	syscall.Umask(0o077)
-	if err := node.RunWith(ctx, cfg, node.Deps{Logger: log, Reload: reload, ReloadConfig: load}); err != nil {
+	if err := node.RunWith(ctx, cfg, node.Deps{Logger: log, Reload: reload, ReloadConfig: load, Readiness: notifyReadiness(log)}); err != nil {
 		fmt.Fprintf(stderr, "ticketd: %v\n", err)
 		return exitCode(err)
 	}
