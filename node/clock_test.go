@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"github.com/tckclk/tckclk/node/api/wire"
 	"github.com/tckclk/tckclk/node/datadir"
 	"net"
@@ -327,6 +328,10 @@ func TestAgentClockCheckThenFailed(t *testing.T) {
 	}
 	if v := metricLine(t, tn, "clock_health_state"); v != "1" {
 		t.Errorf("clock_health_state %q when ready", v)
+	}
+	// The healthy limit Δ/2 beside the bound, for alerts (deploy/prometheus).
+	if v, want := metricLine(t, tn, "clock_bound_limit_ms"), fmt.Sprint(an.cfg.Clock.DeltaMs/2); v != want {
+		t.Errorf("clock_bound_limit_ms %q, want Δ/2 = %s", v, want)
 	}
 
 	wrong := protocol.NewKey([]byte("another-secret-that-is-long-enough-000"))

@@ -24,6 +24,7 @@ type metrics struct {
 	bound    prometheus.Gauge
 	rtt      prometheus.Gauge
 	dev      prometheus.Gauge
+	limit    prometheus.Gauge
 	samples  map[string]prometheus.Counter          // by result
 	failures map[protocol.Reason]prometheus.Counter // by reason
 }
@@ -31,7 +32,7 @@ type metrics struct {
 // newMetrics builds the clock metrics of SPEC §5 and registers them on reg
 // (nil: not registered). Every label value is created up front so a
 // dashboard sees zeros, not gaps.
-func newMetrics(reg prometheus.Registerer, dev bool) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, dev bool, deltaMs uint64) (*metrics, error) {
 	m := &metrics{
 		state: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "clock_health_state",
@@ -49,9 +50,14 @@ func newMetrics(reg prometheus.Registerer, dev bool) (*metrics, error) {
 			Name: "clock_dev_reference",
 			Help: "1 when clock.dev_reference is set: samples come from a development reference agent, not a real time source.",
 		}),
+		limit: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "clock_bound_limit_ms",
+			Help: "Delta/2, ms: the largest clock_error_bound_ms that is healthy (SPEC 3.2); alerts and dashboards compare the bound with it.",
+		}),
 		samples:  map[string]prometheus.Counter{},
 		failures: map[protocol.Reason]prometheus.Counter{},
 	}
+	m.limit.Set(float64(deltaMs / 2))
 	samples := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "clock_samples_total",
 		Help: "Clock exchanges by result: ok or the SPEC 1.5 reason of the rejection.",
@@ -69,7 +75,7 @@ func newMetrics(reg prometheus.Registerer, dev bool) (*metrics, error) {
 		m.dev.Set(1)
 	}
 	if reg != nil {
-		all := []prometheus.Collector{m.state, m.bound, m.rtt, m.dev, samples, failures}
+		all := []prometheus.Collector{m.state, m.bound, m.rtt, m.dev, m.limit, samples, failures}
 		for i, c := range all {
 			if err := reg.Register(c); err != nil {
 				for _, done := range all[:i] {

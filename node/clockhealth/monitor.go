@@ -160,7 +160,7 @@ func New(opts Options) (*Monitor, error) {
 			m.agents = append(m.agents, agentState{addr: a, st: AgentStatus{Addr: a}})
 		}
 	}
-	met, err := newMetrics(opts.Registerer, cfg.DevReference)
+	met, err := newMetrics(opts.Registerer, cfg.DevReference, cfg.DeltaMs)
 	if err != nil {
 		return nil, err
 	}
