@@ -101,4 +101,25 @@ func TestClusterMetricsNames(t *testing.T) {
 		}
 		return true
 	})
+	// A follower that /readyz calls ready says so on /metrics too
+	// (node_readiness_stage is read from the same place at scrape time).
+	for _, cm := range tc.others(leader) {
+		if _, err := cm.tn.c.Ready(bg); err != nil {
+			continue
+		}
+		raw := do(t, cm.tn, "GET", "/metrics", "").raw
+		if !strings.Contains(raw, "\n"+`node_readiness_stage{stage="ready"} 1`) || !strings.Contains(raw, "\n"+`node_readiness_stage{stage="raft"} 0`) {
+			t.Errorf("follower ready on /readyz but /metrics says:\n%s", grepLines(raw, "node_readiness_stage"))
+		}
+	}
+}
+
+func grepLines(s, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

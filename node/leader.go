@@ -15,7 +15,7 @@ import (
 )
 
 func (n *Node) registerMetrics(reg prometheus.Registerer) {
-	n.stage.register(reg)
+	n.stage.register(reg, func() Stage { return Stage(n.Readiness().Stage) })
 	n.leaderChanges = prometheus.NewCounter(prometheus.CounterOpts{Name: "raft_leader_changes_total", Help: "Leadership transitions seen by this node."})
 	reg.MustRegister(
 		n.leaderChanges,

@@ -34,7 +34,6 @@ type stageHolder struct {
 	mu     sync.Mutex
 	stage  Stage
 	reason string
-	gauge  *prometheus.GaugeVec // node_readiness_stage{stage}; nil until registered
 }
 
 func newStageHolder() *stageHolder { return &stageHolder{stage: StageStarting} }
@@ -50,7 +49,6 @@ func (r *stageHolder) set(stage Stage, reason string) {
 		return
 	}
 	r.stage, r.reason = stage, reason
-	r.publishLocked()
 }
 
 func (r *stageHolder) get() (Stage, string) {
@@ -59,28 +57,32 @@ func (r *stageHolder) get() (Stage, string) {
 	return r.stage, r.reason
 }
 
-// register exports the stage as node_readiness_stage{stage} (1 for the
-// current one).
-func (r *stageHolder) register(reg prometheus.Registerer) {
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "node_readiness_stage",
-		Help: "1 for the node's current readiness stage (SPEC 3.5), 0 for the others."}, []string{"stage"})
-	reg.MustRegister(g)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.gauge = g
-	r.publishLocked()
+// register exports node_readiness_stage{stage}: 1 for the stage /readyz
+// reports at scrape time (current reads it: Readiness, so a follower that
+// /readyz calls ready is ready on /metrics too), 0 for the others.
+func (r *stageHolder) register(reg prometheus.Registerer, current func() Stage) {
+	reg.MustRegister(&stageCollector{current: current, desc: prometheus.NewDesc("node_readiness_stage",
+		"1 for the readiness stage /readyz reports (SPEC 3.5), 0 for the others.", []string{"stage"}, nil)})
 }
 
-func (r *stageHolder) publishLocked() {
-	if r.gauge == nil {
-		return
-	}
+type stageCollector struct {
+	desc    *prometheus.Desc
+	current func() Stage
+}
+
+func (c *stageCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
+	cur, known := c.current(), false
 	for _, s := range allStages {
 		v := 0.0
-		if s == r.stage {
-			v = 1
+		if s == cur {
+			v, known = 1, true
 		}
-		r.gauge.WithLabelValues(string(s)).Set(v)
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, string(s))
+	}
+	if !known {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, 1, string(cur))
 	}
 }
 
