@@ -12,6 +12,8 @@
 #   TCKCLK_API_PORTS="7981 7982 7983"  TCKCLK_GOSSIP_PORTS="7946 7947 7948"
 #   TCKCLK_AGENT_ADDR=127.0.0.1:7970   TCKCLK_AGENT_HTTP=127.0.0.1:7971
 #   TCKCLK_DEMO_ONESHOT=1              stop after the walk-through (tests)
+#   TCKCLK_DEMO_TICKETD_FLAGS=""       extra ticketd flags, e.g. wider clock
+#                                      limits on a machine loaded by tests
 # Exit 0 after Ctrl-C or the one-shot walk-through; 1 when a step fails
 # (each node's log is in $TCKCLK_DEMO_DIR/logs and its tail is printed).
 set -eu
@@ -70,8 +72,9 @@ until grep -q 'msg="source healthy"' "$work/logs/agent.log" 2>/dev/null; do
 done
 
 for name in $nodes; do
+	# shellcheck disable=SC2086
 	"$bin/ticketd" --config "$work/keys/$name.yaml" --api.admin_token_file "$work/keys/admin.token" \
-		>"$work/logs/$name.log" 2>&1 &
+		${TCKCLK_DEMO_TICKETD_FLAGS:-} >"$work/logs/$name.log" 2>&1 &
 	pids="$pids $!"
 done
 
@@ -108,6 +111,7 @@ ctl --addr "$(addr 3)" release demo-lock --holder demo --token "$token" || fail 
 step "ticketctl cluster"
 ctl --addr "$(addr 1)" cluster || fail "ticketctl cluster failed"
 step "status"
+echo "status page: $(addr 1)/ui/  (give it the admin token in $work/keys/admin.token, or open $(addr 1)/ui/#token=TOKEN)"
 echo "node status (JSON): $(addr 1)/v1/status   readiness: $(addr 1)/readyz   metrics: $(addr 1)/metrics"
 echo "ticketctl --addr $(addr 1) status   # or any node; logs in $work/logs"
 if [ "${TCKCLK_DEMO_ONESHOT:-}" = 1 ]; then

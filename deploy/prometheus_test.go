@@ -1,10 +1,8 @@
 package deploy_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -62,58 +60,7 @@ func TestDashboardAndAlertsAgainstLiveCluster(t *testing.T) {
 	if err != nil {
 		t.Skip("prometheus is not installed (Debian package prometheus); CI installs it")
 	}
-	if _, err := exec.LookPath("openssl"); err != nil {
-		t.Skip("openssl is not on PATH: deploy/cluster-keys.sh needs it")
-	}
-	if testing.Short() {
-		t.Skip("runs a cluster and Prometheus")
-	}
-	p := freePorts(t, 9)
-	work := t.TempDir()
-	demo := exec.Command("sh", "demo.sh")
-	demo.Env = withoutClockSecret(append(os.Environ(), "TCKCLK_DEMO_DIR="+work,
-		"TCKCLK_API_PORTS="+words(p[0:3]), "TCKCLK_GOSSIP_PORTS="+words(p[3:6]),
-		fmt.Sprintf("TCKCLK_AGENT_ADDR=127.0.0.1:%d", p[6]), fmt.Sprintf("TCKCLK_AGENT_HTTP=127.0.0.1:%d", p[7])))
-	demo.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out, err := demo.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	demo.Stderr = demo.Stdout
-	if err := demo.Start(); err != nil {
-		t.Fatal(err)
-	}
-	demoDone := make(chan struct{})
-	running := make(chan struct{})
-	var log strings.Builder
-	go func() {
-		defer close(demoDone)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			log.WriteString(sc.Text() + "\n")
-			if strings.HasPrefix(sc.Text(), "running; Ctrl-C") {
-				close(running)
-			}
-		}
-		io.Copy(io.Discard, out)
-		demo.Wait()
-	}()
-	t.Cleanup(func() {
-		syscall.Kill(-demo.Process.Pid, syscall.SIGINT) // the demo stops what it started
-		select {
-		case <-demoDone:
-		case <-time.After(30 * time.Second):
-			syscall.Kill(-demo.Process.Pid, syscall.SIGKILL)
-			<-demoDone
-		}
-	})
-	select {
-	case <-running:
-	case <-demoDone:
-		t.Fatalf("demo.sh exited:\n%s", log.String())
-	case <-time.After(3 * time.Minute):
-		t.Fatalf("demo.sh not running after 3 min:\n%s", log.String())
-	}
+	p, work := runDemo(t, 9)
 
 	// Prometheus scraping the three nodes and the agent every second.
 	cfg := fmt.Sprintf(`global: {scrape_interval: 1s, evaluation_interval: 1s}

@@ -121,6 +121,7 @@ const (
 	rTransfer
 	rRemove
 	rSnapshot
+	rUI
 )
 
 type endpoint struct {
@@ -140,6 +141,8 @@ var fixed = map[string]endpoint{
 	"/v1/cluster/transfer-leadership": {rTransfer, http.MethodPost},
 	"/v1/cluster/remove":              {rRemove, http.MethodPost},
 	"/v1/cluster/snapshot":            {rSnapshot, http.MethodPost},
+	"/ui":                             {rUI, http.MethodGet},
+	"/ui/":                            {rUI, http.MethodGet},
 }
 
 // match returns the route, its method and the ticket name in the path. It
@@ -226,6 +229,11 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, name st
 			return s.fail(w, &Error{Kind: KindNotFound, Code: "not_found", Message: "metrics are not enabled"})
 		}
 		s.metrics.ServeHTTP(w, r)
+		return ""
+	case rUI:
+		// The page holds no data; what it shows it reads through the
+		// API with the operator's token (docs/operations.md).
+		serveUI(w, r)
 		return ""
 	}
 	admin := rt == rMembers || rt == rTransfer || rt == rRemove || rt == rSnapshot
