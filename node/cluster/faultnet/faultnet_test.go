@@ -201,9 +201,9 @@ func TestDialerRefusesCutLinks(t *testing.T) {
 // fakeTransport records the packets it is asked to send.
 type fakeTransport struct {
 	memberlist.NodeAwareTransport // nil: only the methods below are used
-	mu   sync.Mutex
-	sent [][]byte
-	shut bool
+	mu                            sync.Mutex
+	sent                          [][]byte
+	shut                          bool
 }
 
 func (f *fakeTransport) WriteToAddress(b []byte, _ memberlist.Address) (time.Time, error) {
