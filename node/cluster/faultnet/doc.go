@@ -23,21 +23,27 @@
 // name "", which has no rules.
 //
 // What each rule does:
-//   - Cut (one way): stream bytes from→to are held, not lost: a Write
-//     blocks, a Read keeps what it read, until the link heals, the conn's
-//     deadline passes or the conn is closed. That is what a partition does
-//     to TCP (the sender retransmits, nothing arrives), so Raft and yamux
-//     see silence and time out on their own; after healing the held bytes
-//     arrive in order. A new stream between two nodes fails while either
-//     direction is cut (a TCP handshake needs both). Gossip packets
-//     from→to are dropped.
-//   - Delay + Jitter: each Write and each Read waits Delay plus a uniform
-//     [0, Jitter) from the link's RNG before passing bytes on; a packet is
-//     sent that much later. Per-call waits add latency and also bound a
-//     stream's throughput: a test network, not a bandwidth model.
+//   - Cut (one way): stream bytes from→to are held, not lost: they wait
+//     in the conn's queue (Write keeps returning until 256 KiB are queued,
+//     as a socket buffer fills) and nothing arrives until the link heals;
+//     then they arrive in order. That is what a partition does to TCP (the
+//     sender retransmits, nothing gets through), so Raft, yamux and
+//     memberlist see silence and time out on their own. A new stream
+//     between two nodes fails with ErrCut while either direction is cut
+//     (a TCP handshake needs both). Gossip packets from→to are dropped.
+//   - Delay + Jitter: latency, not a throughput limit. A stream's bytes
+//     are due Delay plus a uniform [0, Jitter) (from the link's RNG) after
+//     they were written (from→to) or read off the socket (to→from); bytes
+//     keep their order, so jitter never reorders a stream. A packet is
+//     sent that much later.
 //   - Drop: the probability a gossip packet is dropped, drawn from the
 //     link's RNG. Streams are reliable (TCP retransmits), so Drop does not
 //     touch them; use Cut or Delay there.
+//
+// A wrapped stream owns two goroutines (one per direction) that end when
+// it is closed; Close flushes the bytes still queued for writing (each when
+// due; dropped if the link is cut) before closing the socket. Deadlines
+// are the wrapper's own and interrupt waits without losing bytes.
 //
 // Determinism: every directed link has its own RNG seeded from the Net's
 // seed and the two names, so the n-th packet on a link gets the same
@@ -45,6 +51,6 @@
 //
 // Hazards: the waits use real time (this is a network, not a clock).
 // Close every conn and Shutdown every transport (mesh.Close and
-// memberlist do): a delayed packet's timer is stopped by Shutdown, and a
-// blocked Read or Write returns when its conn is closed.
+// memberlist do): an unclosed conn keeps its two goroutines, and a delayed
+// packet's timer is stopped only by Shutdown.
 package faultnet
