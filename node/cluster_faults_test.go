@@ -128,28 +128,11 @@ func TestClusterLeaderOneWayCut(t *testing.T) {
 	var meshNet, gossipNet *faultnet.Net
 	tc, old := formThree(t, faulty(&meshNet, &gossipNet))
 	oc := tc.nodes[old]
-	g, err := oc.tn.c.Grant(bg, "lock", "alice", 250)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before, err := oc.tn.c.Get(bg, "lock")
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, before := grantAlice(t, oc)
 	for _, cm := range tc.others(old) {
 		meshNet.Cut(cm.n.cfg.Cluster.Name, old) // old → others still flows
 	}
-	var next string
-	waitFor(t, "a new leader among the others", 20*time.Second, func() bool {
-		for _, cm := range tc.others(old) {
-			st, err := cm.tn.c.Status(bg)
-			if err == nil && st.Role == "leader" && st.Ready {
-				next = cm.n.cfg.Cluster.Name
-				return true
-			}
-		}
-		return false
-	})
+	next := tc.leaderAmong(tc.others(old))
 	waitFor(t, "the deaf old leader stepped down", 20*time.Second, func() bool {
 		st, err := oc.tn.c.Status(bg)
 		return err == nil && st.Role != "leader"

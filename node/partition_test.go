@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tckclk/tckclk/node/api/client"
+	"github.com/tckclk/tckclk/node/api/wire"
 	"github.com/tckclk/tckclk/node/cluster/faultnet"
 )
 
@@ -13,6 +15,37 @@ import (
 func withFaults(tc *testCluster) (meshNet, gossipNet *faultnet.Net) {
 	tc.meshNet, tc.gossipNet = faultnet.New(1), faultnet.New(2)
 	return tc.meshNet, tc.gossipNet
+}
+
+// leaderAmong waits until one of nodes is a ready leader and names it.
+func (tc *testCluster) leaderAmong(nodes []*clusterMember) string {
+	tc.t.Helper()
+	var next string
+	waitFor(tc.t, "a new leader among the others", 20*time.Second, func() bool {
+		for _, cm := range nodes {
+			st, err := cm.tn.c.Status(bg)
+			if err == nil && st.Role == "leader" && st.Ready {
+				next = cm.n.cfg.Cluster.Name
+				return true
+			}
+		}
+		return false
+	})
+	return next
+}
+
+// grantAlice grants "lock" to alice for 250 s through cm and reads it back.
+func grantAlice(t *testing.T, cm *clusterMember) (*client.Lease, *wire.Ticket) {
+	t.Helper()
+	g, err := cm.tn.c.Grant(bg, "lock", "alice", 250)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := cm.tn.c.Get(bg, "lock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, before
 }
 
 // SPEC §4, §5: a leader cut off from both followers can no longer commit
@@ -28,27 +61,10 @@ func TestClusterPartitionedLeaderCannotCommit(t *testing.T) {
 	tc.start("n3", first.gossipAddr(), 3)
 	old := tc.leader()
 	oc := tc.nodes[old]
-	g, err := oc.tn.c.Grant(bg, "lock", "alice", 250)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before, err := oc.tn.c.Get(bg, "lock")
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, before := grantAlice(t, oc)
 
 	meshNet.Isolate(old) // the mesh only: gossip still sees it alive
-	var next string
-	waitFor(t, "a new leader among the majority", 20*time.Second, func() bool {
-		for _, cm := range tc.others(old) {
-			st, err := cm.tn.c.Status(bg)
-			if err == nil && st.Role == "leader" && st.Ready {
-				next = cm.n.cfg.Cluster.Name
-				return true
-			}
-		}
-		return false
-	})
+	next := tc.leaderAmong(tc.others(old))
 	nc := tc.nodes[next]
 	// The isolated old leader commits nothing and serves no stale read.
 	ctx, cancel := context.WithTimeout(bg, 10*time.Second)
