@@ -21,10 +21,14 @@ import (
 )
 
 // formThree starts n1..n3 with bootstrap_expect 3 and returns the cluster
-// and its one ready leader.
-func formThree(t *testing.T) (*testCluster, string) {
+// and its one ready leader; each setup edits the cluster before any node
+// starts (withFaults, TLS).
+func formThree(t *testing.T, setup ...func(*testCluster)) (*testCluster, string) {
 	t.Helper()
 	tc := newTestCluster(t, "n1", "n2", "n3")
+	for _, f := range setup {
+		f(tc)
+	}
 	first := tc.start("n1", "", 3)
 	tc.start("n2", first.gossipAddr(), 3)
 	tc.start("n3", first.gossipAddr(), 3)

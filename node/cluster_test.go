@@ -7,14 +7,19 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
+	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/internal/config"
+	"github.com/tckclk/tckclk/node/cluster/faultnet"
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/cluster/mesh"
 )
@@ -32,9 +37,11 @@ type testCluster struct {
 	nodes map[string]*clusterMember
 	// beforeStart, if set, edits each node's Deps before it starts.
 	beforeStart func(*Deps)
-	// faults, if set, carries every mesh connection (Raft, forwarding)
-	// so a test can cut pairs of nodes apart (partition_test.go).
-	faults *netFaults
+	// meshNet and gossipNet, if set, carry every node's mesh streams
+	// (Raft, forwarding) and gossip (packets and streams), so a test can
+	// cut, delay and drop traffic between nodes by name; separate nets let
+	// a test fault one without the other (see cluster_faults_test.go).
+	meshNet, gossipNet *faultnet.Net
 	// window is the bootstrap stability window (0: 300 ms).
 	window time.Duration
 }
@@ -93,11 +100,15 @@ func (tc *testCluster) startWith(name, join string, expect int, edit func(*Confi
 	cm.an.deps.cluster = &clusterHooks{
 		mesh: func(c *mesh.Config) {
 			c.BindPort = mesh.EphemeralPort
-			if tc.faults != nil {
-				c.Dial = tc.faults.dialer(name)
+			if fn := tc.meshNet; fn != nil {
+				c.Dial = fn.Dialer(name, nil)
+				c.WrapListener = func(ln net.Listener) net.Listener { return fn.Listener(name, ln) }
 			}
 		},
 		membership: func(c *membership.Config) {
+			if tc.gossipNet != nil {
+				tc.gossipTransport(name, c, gl)
+			}
 			c.JoinBackoffMin, c.JoinBackoffMax, c.RejoinInterval = 50*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
 			c.Timing = membership.Timing{ProbeInterval: 100 * time.Millisecond, ProbeTimeout: 80 * time.Millisecond, SuspicionMult: 2,
 				GossipInterval: 50 * time.Millisecond, PushPullInterval: 300 * time.Millisecond, TCPTimeout: 500 * time.Millisecond,
@@ -134,6 +145,25 @@ func (tc *testCluster) startWith(name, join string, expect int, edit func(*Confi
 	}
 	tc.nodes[name] = cm
 	return cm
+}
+
+// gossipTransport gives name's gossip a memberlist transport on an
+// ephemeral loopback port, registered in tc.gossipNet and wrapped by it.
+// It runs on the node's start path: a failure is reported with t.Error and
+// leaves memberlist's own transport.
+func (tc *testCluster) gossipTransport(name string, c *membership.Config, gl *guardedLog) {
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+		BindAddrs: []string{"127.0.0.1"}, Logger: log.New(gl, "gossip transport: ", 0),
+	})
+	if err != nil {
+		tc.t.Errorf("%s: gossip transport: %v", name, err)
+		return
+	}
+	tc.t.Cleanup(func() { _ = nt.Shutdown() }) // memberlist shuts it down too; a failed start does not
+	port := nt.GetAutoBindPort()
+	tc.gossipNet.Register(name, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	c.Transport = tc.gossipNet.Transport(name, nt)
+	c.AdvertiseAddr, c.AdvertisePort = "127.0.0.1", port
 }
 
 // gossipAddr is name's gossip address (known once start returned).

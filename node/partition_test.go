@@ -2,97 +2,50 @@ package node
 
 import (
 	"context"
-	"errors"
-	"net"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/tckclk/tckclk/node/api/client"
+	"github.com/tckclk/tckclk/node/api/wire"
+	"github.com/tckclk/tckclk/node/cluster/faultnet"
 )
 
-// netFaults is the in-process cluster's mesh fault injector: every mesh
-// connection is dialed through it, so a test can cut a pair of nodes
-// apart (existing connections closed, new dials refused) and heal it.
-// Gossip is not cut: a partition here is Raft's and forwarding's.
-type netFaults struct {
-	tc    *testCluster
-	mu    sync.Mutex
-	cut   map[[2]string]bool
-	conns map[[2]string][]net.Conn
+// withFaults routes tc's mesh and gossip through fault-injecting nets
+// (before any node starts) and returns them.
+func withFaults(tc *testCluster) (meshNet, gossipNet *faultnet.Net) {
+	tc.meshNet, tc.gossipNet = faultnet.New(1), faultnet.New(2)
+	return tc.meshNet, tc.gossipNet
 }
 
-func newNetFaults(tc *testCluster) *netFaults {
-	f := &netFaults{tc: tc, cut: map[[2]string]bool{}, conns: map[[2]string][]net.Conn{}}
-	tc.faults = f
-	return f
+// leaderAmong waits until one of nodes is a ready leader and names it.
+func (tc *testCluster) leaderAmong(nodes []*clusterMember) string {
+	tc.t.Helper()
+	var next string
+	waitFor(tc.t, "a new leader among the others", 20*time.Second, func() bool {
+		for _, cm := range nodes {
+			st, err := cm.tn.c.Status(bg)
+			if err == nil && st.Role == "leader" && st.Ready {
+				next = cm.n.cfg.Cluster.Name
+				return true
+			}
+		}
+		return false
+	})
+	return next
 }
 
-func pair(a, b string) [2]string {
-	if a > b {
-		a, b = b, a
+// grantAlice grants "lock" to alice for 250 s through cm and reads it back.
+func grantAlice(t *testing.T, cm *clusterMember) (*client.Lease, *wire.Ticket) {
+	t.Helper()
+	g, err := cm.tn.c.Grant(bg, "lock", "alice", 250)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return [2]string{a, b}
-}
-
-// owner is the node whose mesh listens on addr ("" if none known).
-func (f *netFaults) owner(addr string) string {
-	for name, cm := range f.tc.nodes {
-		if cm != nil && cm.n != nil && cm.n.cl != nil && cm.n.cl.mesh != nil && cm.n.cl.mesh.Addr() == addr {
-			return name
-		}
+	before, err := cm.tn.c.Get(bg, "lock")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return ""
-}
-
-var errCut = errors.New("netFaults: partitioned")
-
-func (f *netFaults) dialer(from string) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		to := f.owner(addr)
-		p := pair(from, to)
-		f.mu.Lock()
-		cut := f.cut[p]
-		f.mu.Unlock()
-		if cut {
-			return nil, errCut
-		}
-		var d net.Dialer
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if f.cut[p] { // cut while dialing
-			c.Close()
-			return nil, errCut
-		}
-		f.conns[p] = append(f.conns[p], c)
-		return c, nil
-	}
-}
-
-// partition cuts name off from every other node.
-func (f *netFaults) isolate(name string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for other := range f.tc.nodes {
-		if other == name {
-			continue
-		}
-		p := pair(name, other)
-		f.cut[p] = true
-		for _, c := range f.conns[p] {
-			c.Close()
-		}
-		delete(f.conns, p)
-	}
-}
-
-// heal removes every cut.
-func (f *netFaults) heal() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.cut = map[[2]string]bool{}
+	return g, before
 }
 
 // SPEC §4, §5: a leader cut off from both followers can no longer commit
@@ -102,33 +55,16 @@ func (f *netFaults) heal() {
 // refuses another holder. After healing there is exactly one leader.
 func TestClusterPartitionedLeaderCannotCommit(t *testing.T) {
 	tc := newTestCluster(t, "n1", "n2", "n3")
-	faults := newNetFaults(tc)
+	meshNet, _ := withFaults(tc)
 	first := tc.start("n1", "", 3)
 	tc.start("n2", first.gossipAddr(), 3)
 	tc.start("n3", first.gossipAddr(), 3)
 	old := tc.leader()
 	oc := tc.nodes[old]
-	g, err := oc.tn.c.Grant(bg, "lock", "alice", 250)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before, err := oc.tn.c.Get(bg, "lock")
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, before := grantAlice(t, oc)
 
-	faults.isolate(old)
-	var next string
-	waitFor(t, "a new leader among the majority", 20*time.Second, func() bool {
-		for _, cm := range tc.others(old) {
-			st, err := cm.tn.c.Status(bg)
-			if err == nil && st.Role == "leader" && st.Ready {
-				next = cm.n.cfg.Cluster.Name
-				return true
-			}
-		}
-		return false
-	})
+	meshNet.Isolate(old) // the mesh only: gossip still sees it alive
+	next := tc.leaderAmong(tc.others(old))
 	nc := tc.nodes[next]
 	// The isolated old leader commits nothing and serves no stale read.
 	ctx, cancel := context.WithTimeout(bg, 10*time.Second)
@@ -151,7 +87,7 @@ func TestClusterPartitionedLeaderCannotCommit(t *testing.T) {
 		t.Fatalf("alice renews through the new leader: %+v %v", r, err)
 	}
 
-	faults.heal()
+	meshNet.HealAll()
 	waitFor(t, "one leader after healing", 20*time.Second, func() bool {
 		return len(tc.leaders()) == 1
 	})
