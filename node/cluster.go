@@ -85,7 +85,7 @@ type clusterNode struct {
 	tls    *tls.Config // the mesh's mutual TLS (nil: disabled), loaded at start-up
 	mesh   *mesh.Mesh
 	mem    *membership.Membership
-	tr     *raft.NetworkTransport
+	tr     *contactTransport
 	adv    advertised
 	fwd    forwarder
 
@@ -165,7 +165,7 @@ func (cl *clusterNode) listenMesh(h *clusterHooks) error {
 	if cl.mesh, err = mesh.Listen(mc); err != nil {
 		return fmt.Errorf("node: mesh: %w", err)
 	}
-	cl.tr = raft.NewNetworkTransport(mesh.NewStreamLayer(cl.mesh, mesh.ClassRaft), 3, 10*time.Second, io.Discard)
+	cl.tr = newContactTransport(raft.NewNetworkTransport(mesh.NewStreamLayer(cl.mesh, mesh.ClassRaft), 3, 10*time.Second, io.Discard))
 	cl.log.Info("mesh listening", "addr", cl.mesh.Addr(), "tls", tlsConf != nil)
 	return nil
 }
@@ -498,14 +498,14 @@ func (cl *clusterNode) reconcileMembers(rr *raft.Raft) []reconcile.Member {
 		sameDelta := delta == 0 || uint64(m.Meta.DeltaMs) == delta
 		out = append(out, reconcile.Member{
 			ID: m.ID, Address: m.Meta.MeshAddr, Eligible: m.Meta.RaftEligible && m.Meta.Role != membership.RoleClient && m.Meta.DataDirOK && sameDelta,
-			Priority: int(m.Meta.RaftPriority), FailureDomain: m.Meta.FailureDomain, Alive: alive, RaftContact: alive,
+			Priority: int(m.Meta.RaftPriority), FailureDomain: m.Meta.FailureDomain, Alive: alive, RaftContact: cl.tr.inContact(m.ID),
 			ClockHealthy: m.Meta.ClockState == membership.ClockHealthy, Retired: m.Meta.Retired,
 		})
 	}
 	if f := rr.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {
 			if !seen[string(s.ID)] {
-				out = append(out, reconcile.Member{ID: string(s.ID), Address: string(s.Address)})
+				out = append(out, reconcile.Member{ID: string(s.ID), Address: string(s.Address), RaftContact: cl.tr.inContact(string(s.ID))})
 			}
 		}
 	}

@@ -320,7 +320,8 @@ func TestClusterConflictingBootstrapExpect(t *testing.T) {
 // does stops it, and /readyz says so. The peer's answer carries its log
 // index (what promotion judges).
 func TestClusterSafeBootstrapAsksPeers(t *testing.T) {
-	tc := newTestCluster(t, "n1", "n2", "n3", "x4")
+	// n5 is trusted but never started: no mesh session to it can exist.
+	tc := newTestCluster(t, "n1", "n2", "n3", "x4", "n5")
 	first := tc.start("n1", "", 3)
 	tc.start("n2", first.gossipAddr(), 3)
 	tc.start("n3", first.gossipAddr(), 3)
@@ -343,8 +344,10 @@ func TestClusterSafeBootstrapAsksPeers(t *testing.T) {
 	if why := x.n.cl.bootstrapRefusal(); !strings.Contains(why, "n1 reports existing Raft state") {
 		t.Fatalf("refusal %q", why)
 	}
-	if _, err := x.n.cl.queryPeer(bg, "n2", n1meta.MeshAddr); err == nil {
-		t.Fatal("a peer-status query to n1's address accepted it as n2")
+	// (A query for an id with a live session uses that session, whatever
+	// the address: it is authenticated as that id.)
+	if _, err := x.n.cl.queryPeer(bg, "n5", n1meta.MeshAddr); err == nil {
+		t.Fatal("a peer-status query to n1's address accepted it as n5")
 	}
 }
 
