@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -147,7 +148,9 @@ func (tn *testNode) stop() error {
 		case tn.err = <-tn.done:
 		case <-time.After(30 * time.Second):
 			tn.err = errors.New("node did not stop within 30s")
-			tn.t.Error(tn.err)
+			// Every goroutine's stack: where the stop is stuck.
+			buf := make([]byte, 1<<22)
+			tn.t.Errorf("%v; goroutines:\n%s", tn.err, buf[:runtime.Stack(buf, true)])
 		}
 		tn.tr.CloseIdleConnections()
 	})
