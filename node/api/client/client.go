@@ -213,6 +213,14 @@ func (c *Client) Ready(ctx context.Context) (*wire.Health, error) {
 	return &h, nil
 }
 
+// Probe GETs path (no token) and returns the body of a 2xx answer; any
+// other status is an *Error carrying the body's text. It reads health
+// endpoints of any TCKCLK server: ticketd's /readyz answers JSON, the
+// agent's plain text.
+func (c *Client) Probe(ctx context.Context, path string) ([]byte, error) {
+	return c.do(ctx, http.MethodGet, path, nil, false)
+}
+
 // Members lists the cluster members (admin token).
 func (c *Client) Members(ctx context.Context) (*wire.Members, error) {
 	return call[wire.Members](ctx, c, http.MethodGet, "/v1/cluster/members", nil, true)

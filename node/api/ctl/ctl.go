@@ -47,6 +47,8 @@ commands:
   list [--prefix P] [--limit N]             list tickets
   status                                    node status
   cluster                                   cluster members (admin token)
+  health                                    exit 0 only when --addr's /readyz answers 2xx
+                                            (ticketd or tckclk-agent --http; container probes)
 
 global flags (anywhere on the line):
   --addr URL             ticketd API (default $TICKETCTL_ADDR or http://127.0.0.1:7980)

@@ -20,6 +20,7 @@ var takes = map[string][]string{
 	"get":     nil,
 	"status":  nil,
 	"cluster": nil,
+	"health":  nil,
 }
 
 // args is a parsed command line of one command.
@@ -161,6 +162,11 @@ func dispatch(ctx context.Context, g *globals, cmd string, argv []string, env En
 		var m *wire.Members
 		if m, err = c.Members(ctx); err == nil {
 			p.members(m)
+		}
+	case "health":
+		var body []byte
+		if body, err = c.Probe(ctx, "/readyz"); err == nil {
+			p.probe(body)
 		}
 	}
 	return err

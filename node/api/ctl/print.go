@@ -203,3 +203,13 @@ func dash(s string) string {
 	}
 	return s
 }
+
+// probe prints a health answer's first line, at most 200 bytes (the body
+// comes from whatever answers --addr).
+func (p printer) probe(body []byte) {
+	line, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
+	if len(line) > 200 {
+		line = line[:200] + "…"
+	}
+	fmt.Fprintln(p.out, line)
+}
