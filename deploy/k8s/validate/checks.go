@@ -64,14 +64,9 @@ func checkAgent(s Set, bin Binaries, p *problems) {
 	}
 	where := "DaemonSet tckclk-agent"
 	spec := ds.Spec.Template.Spec
-	checkSelector(where, ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels, p)
-	checkPodSecurity(where, spec, p)
-	c := container(where, spec, "agent", p)
+	c := checkWorkload(where, ds.Spec.Selector.MatchLabels, ds.Spec.Template, "agent", p)
 	if c == nil {
 		return
-	}
-	if len(c.Command) != 0 {
-		p.add("%s: command overrides the image's entrypoint; use args", where)
 	}
 	for _, a := range c.Args {
 		if strings.Contains(a, "--dev") {
@@ -124,8 +119,10 @@ func checkTicketd(s Set, bin Binaries, p *problems) {
 	where := "StatefulSet ticketd"
 	spec := sts.Spec.Template.Spec
 	labels := sts.Spec.Template.Labels
-	checkSelector(where, sts.Spec.Selector.MatchLabels, labels, p)
-	checkPodSecurity(where, spec, p)
+	c := checkWorkload(where, sts.Spec.Selector.MatchLabels, sts.Spec.Template, "ticketd", p)
+	if c == nil {
+		return
+	}
 	if sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
 		p.add("%s: podManagementPolicy %q: bootstrap_expect needs every pod started at once (Parallel); OrderedReady waits for a readiness that needs the peers", where, sts.Spec.PodManagementPolicy)
 	}
@@ -145,13 +142,6 @@ func checkTicketd(s Set, bin Binaries, p *problems) {
 			p.add("%s: publishNotReadyAddresses false: peers must find each other before any is ready", hw)
 		}
 		checkSelector(hw, headless.Spec.Selector, labels, p)
-	}
-	c := container(where, spec, "ticketd", p)
-	if c == nil {
-		return
-	}
-	if len(c.Command) != 0 {
-		p.add("%s: command overrides the image's entrypoint; use args", where)
 	}
 	zoneLabel := checkZone(where, spec, c, p)
 
@@ -297,6 +287,18 @@ func checkPDB(s Set, sts *appsv1.StatefulSet, replicas int32, p *problems) {
 }
 
 // ---- shared checks ------------------------------------------------------
+
+// checkWorkload checks what a DaemonSet and a StatefulSet share and returns
+// the named container, or nil.
+func checkWorkload(where string, sel map[string]string, tmpl corev1.PodTemplateSpec, name string, p *problems) *corev1.Container {
+	checkSelector(where, sel, tmpl.Labels, p)
+	checkPodSecurity(where, tmpl.Spec, p)
+	c := container(where, tmpl.Spec, name, p)
+	if c != nil && len(c.Command) != 0 {
+		p.add("%s: command overrides the image's entrypoint; use args", where)
+	}
+	return c
+}
 
 func container(where string, spec corev1.PodSpec, name string, p *problems) *corev1.Container {
 	for i := range spec.Containers {
