@@ -103,6 +103,49 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() str
 	}
 }
 
+// e2ePrefix starts the project name of every run of TestComposeCluster.
+const e2ePrefix = "tckclke2e"
+
+// sweepStale takes down the projects of earlier runs that were killed
+// before their cleanup (a go test -timeout panic, SIGKILL): those created
+// over 30 minutes ago, far beyond a run's length, so never a live run.
+func sweepStale(t *testing.T, file string) {
+	out, err := exec.Command("docker", "ps", "-a", "--filter", "label=com.docker.compose.project",
+		"--format", `{{.Label "com.docker.compose.project"}}|{{.CreatedAt}}`).CombinedOutput()
+	if err != nil {
+		t.Logf("docker ps for stale runs: %v: %s", err, out)
+		return
+	}
+	stale := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		project, created, ok := strings.Cut(line, "|")
+		if !ok || !strings.HasPrefix(project, e2ePrefix) {
+			continue
+		}
+		at, err := time.Parse("2006-01-02 15:04:05 -0700 MST", created)
+		if err == nil && time.Since(at) > 30*time.Minute {
+			stale[project] = true
+		}
+	}
+	for project := range stale {
+		old := &composeRun{t: t, project: project, file: file}
+		out, err := old.compose(true, "down", "-v", "--remove-orphans", "-t", "1")
+		t.Logf("took down %s, left by a run killed before its cleanup: %v %s", project, err, out)
+	}
+	out, err = exec.Command("docker", "images", "--format", "{{.Repository}}:{{.Tag}}|{{.CreatedAt}}").CombinedOutput()
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		image, created, _ := strings.Cut(line, "|")
+		at, err := time.Parse("2006-01-02 15:04:05 -0700 MST", created)
+		if strings.Contains(image, ":e2e-"+e2ePrefix) && err == nil && time.Since(at) > 30*time.Minute {
+			out, err := exec.Command("docker", "rmi", image).CombinedOutput()
+			t.Logf("removed %s, left by a killed run: %v %s", image, err, out)
+		}
+	}
+}
+
 func randHex(n int) string {
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {
@@ -136,7 +179,8 @@ func TestComposeCluster(t *testing.T) {
 		t.Skip("compose-keys.sh must chown the secrets to the images' uid 65532: run as root")
 	}
 	start := time.Now()
-	run := &composeRun{t: t, project: "tckclke2e" + randHex(4), file: filepath.Join("compose", "docker-compose.yml")}
+	run := &composeRun{t: t, project: e2ePrefix + randHex(4), file: filepath.Join("compose", "docker-compose.yml")}
+	sweepStale(t, run.file)
 	tag := "e2e-" + run.project
 
 	build := exec.Command("sh", "docker/build.sh")
