@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/tckclk/tckclk/internal/config"
+	"github.com/tckclk/tckclk/node/cluster/mesh"
 )
 
 // trustCA is a test certificate authority for the mesh's mutual TLS.
@@ -260,4 +262,86 @@ func assertKeptOut(t *testing.T, leader, via *clusterMember, id string) {
 	if _, err := via.tn.c.Grant(bg, "still", "w", 30); err != nil {
 		t.Fatalf("the cluster stopped granting: %v", err)
 	}
+}
+
+// dialAs dials to's mesh from cm's mesh claiming cm's name (a bootstrap
+// stream) and reports whether the handshake passed.
+func dialAs(t *testing.T, cm, to *clusterMember) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+	defer cancel()
+	s, err := cm.n.cl.mesh.Dial(ctx, to.n.cl.mesh.Addr(), to.n.cfg.Cluster.Name, mesh.ClassBootstrap)
+	if err == nil {
+		s.Close()
+	}
+	return err
+}
+
+// SPEC §5 "Identity", issue 11 items 2 and 8: x is in everyone's trust map
+// under its name with key K1 but runs with identity K2 (so it advertises
+// K2 in gossip and proves K2 in the mesh handshake). The memberlist
+// delegates refuse it (gossip_refused_total{reason="key_mismatch"}), the
+// mesh refuses it (mesh_handshakes_total{result="key_mismatch"}), it is
+// neither in Raft nor alive in members, and the cluster keeps granting.
+func TestClusterTrustMapKeyMismatchKeptOut(t *testing.T) {
+	k1, k2 := ed25519.NewKeyFromSeed(bytesOf(11, 32)), ed25519.NewKeyFromSeed(bytesOf(12, 32))
+	tc, leader := formThree(t, func(tc *testCluster) { tc.trust["x"] = pubB64(k1) })
+	lc := tc.nodes[leader]
+	tc.names = append(tc.names, "x")
+	tc.keys["x"] = k2
+	own := maps.Clone(tc.trust)
+	own["x"] = pubB64(k2) // x's own map must hold its own key
+	x := tc.startWith("x", lc.gossipAddr(), 0, func(c *Config) { c.Cluster.Internode.TrustedPeerKeys = own })
+	waitFor(t, "the cluster refused x's advertised key", 20*time.Second, func() bool {
+		return metricSum(t, lc.tn, `gossip_refused_total{reason="key_mismatch"}`) >= 1
+	})
+	before := metricSum(t, lc.tn, `mesh_handshakes_total{result="key_mismatch"}`)
+	if err := dialAs(t, x, lc); err == nil {
+		t.Fatal("the leader's mesh accepted x proving K2 while the trust map says K1")
+	}
+	waitFor(t, "the leader counted the mesh refusal", 10*time.Second, func() bool {
+		return metricSum(t, lc.tn, `mesh_handshakes_total{result="key_mismatch"}`) > before
+	})
+	assertKeptOut(t, lc, tc.nodes[tc.follower(leader, "")], "x")
+}
+
+// SPEC §5 "Identity": a node claiming a member's name (n2 or whichever
+// follower) with a key of its own is kept out: its gossip is refused, the
+// mesh refuses its handshake (key_mismatch, counted), and the real member
+// stays alive with its own key and keeps its vote.
+func TestClusterNameClaimKeptOut(t *testing.T) {
+	tc, leader := formThree(t)
+	lc := tc.nodes[leader]
+	victim := tc.follower(leader, "")
+	fake := ed25519.NewKeyFromSeed(bytesOf(13, 32))
+	imp := newTestCluster(t, victim) // its own nodes map: the name is taken in tc
+	imp.keys[victim] = fake
+	imp.trust = maps.Clone(tc.trust)
+	imp.trust[victim] = pubB64(fake)
+	ic := imp.startWith(victim, lc.gossipAddr(), 0, nil)
+	waitFor(t, "the cluster refused the impostor's gossip", 20*time.Second, func() bool {
+		return metricSum(t, lc.tn, `gossip_refused_total{reason="key_mismatch"}`)+
+			metricSum(t, lc.tn, `gossip_refused_total{reason="foreign_merge"}`) >= 1
+	})
+	before := metricSum(t, lc.tn, `mesh_handshakes_total{result="key_mismatch"}`)
+	if err := dialAs(t, ic, lc); err == nil {
+		t.Fatalf("the leader's mesh accepted an impostor claiming %s", victim)
+	}
+	waitFor(t, "the leader counted the mesh refusal", 10*time.Second, func() bool {
+		return metricSum(t, lc.tn, `mesh_handshakes_total{result="key_mismatch"}`) > before
+	})
+	m, ok := memberMeta(lc.n, victim)
+	if !ok || string(m.PublicKey[:]) != string(tc.keys[victim].Public().(ed25519.PublicKey)) {
+		t.Fatalf("the leader's gossip view of %s: %+v (found %v), want its own key", victim, m, ok)
+	}
+	if g, s := gossipState(t, lc, victim); g != "alive" || s != "voter" {
+		t.Fatalf("%s after the impostor: gossip %q suffrage %q, want alive voter", victim, g, s)
+	}
+	if _, err := lc.tn.c.Grant(bg, "after-impostor", "w", 30); err != nil {
+		t.Fatalf("the cluster stopped granting: %v", err)
+	}
+}
+
+func pubB64(k ed25519.PrivateKey) string {
+	return base64.StdEncoding.EncodeToString(k.Public().(ed25519.PublicKey))
 }
