@@ -79,3 +79,25 @@ func TestClusterMutualTLS(t *testing.T) {
 		t.Fatalf("the cluster stopped granting after x arrived: %v", err)
 	}
 }
+
+// SPEC §5 "Mesh", issue 11 item 3: after a three-node form every node's
+// /metrics counts an ok mesh handshake with each of its two peers (each
+// pair holds a session: Raft between leader and followers, the bootstrap
+// peer-status queries between all). Refusals by reason: TestClusterMutualTLS
+// (tls), TestClusterTrustMapKeyMismatchKeptOut and TestClusterNameClaimKeptOut
+// (key_mismatch).
+func TestClusterMeshHandshakesCounted(t *testing.T) {
+	tc, _ := formThree(t)
+	const pairs = 3
+	var total float64
+	for _, name := range tc.names {
+		ok := meshOK(t, tc.nodes[name])
+		if ok < 2 {
+			t.Fatalf("%s counts %v ok mesh handshakes, want ≥ 2 (one per peer)", name, ok)
+		}
+		total += ok
+	}
+	if total < 2*pairs { // both ends count a handshake
+		t.Fatalf("%v ok handshakes in all, want ≥ %d", total, 2*pairs)
+	}
+}
