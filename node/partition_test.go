@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,18 +36,41 @@ func (tc *testCluster) leaderAmong(nodes []*clusterMember) string {
 	return next
 }
 
-// grantAlice grants "lock" to alice for 250 s through cm and reads it back.
-func grantAlice(t *testing.T, cm *clusterMember) (*client.Lease, *wire.Ticket) {
+// grantRetry grants ticket to holder through cm, retrying for up to 20 s
+// while the cluster is unavailable (503: a leader change under load), and
+// returns the lease and how long the successful attempt took.
+func grantRetry(t *testing.T, cm *clusterMember, ticket, holder string, leaseS int) (*client.Lease, time.Duration) {
 	t.Helper()
-	g, err := cm.tn.c.Grant(bg, "lock", "alice", 250)
-	if err != nil {
-		t.Fatal(err)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		start := time.Now()
+		g, err := cm.tn.c.Grant(ctx, ticket, holder, leaseS)
+		took := time.Since(start)
+		cancel()
+		if err == nil {
+			return g, took
+		}
+		if retry := strings.Contains(err.Error(), "503") || errors.Is(err, context.DeadlineExceeded); !retry || time.Now().After(deadline) {
+			t.Fatalf("grant of %s to %s through %s: %v", ticket, holder, cm.n.cfg.Cluster.Name, err)
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval of a retry with a deadline
 	}
-	before, err := cm.tn.c.Get(bg, "lock")
-	if err != nil {
-		t.Fatal(err)
+}
+
+// grantAlice grants "lock" to alice for 250 s through the leader and
+// reads it back; it returns the leader after the grant (under load the
+// leadership may have moved while granting).
+func (tc *testCluster) grantAlice() (leader string, g *client.Lease, before *wire.Ticket) {
+	t := tc.t
+	t.Helper()
+	g, _ = grantRetry(t, tc.nodes[tc.leader()], "lock", "alice", 250)
+	leader = tc.leader()
+	before, err := tc.nodes[leader].tn.c.Get(bg, "lock")
+	if err != nil || before.Token != g.Token {
+		t.Fatalf("the leader reads %+v %v, want alice's token %d", before, err, g.Token)
 	}
-	return g, before
+	return leader, g, before
 }
 
 // SPEC §4, §5: a leader cut off from both followers can no longer commit
@@ -59,9 +84,8 @@ func TestClusterPartitionedLeaderCannotCommit(t *testing.T) {
 	first := tc.start("n1", "", 3)
 	tc.start("n2", first.gossipAddr(), 3)
 	tc.start("n3", first.gossipAddr(), 3)
-	old := tc.leader()
+	old, g, before := tc.grantAlice()
 	oc := tc.nodes[old]
-	g, before := grantAlice(t, oc)
 
 	meshNet.Isolate(old) // the mesh only: gossip still sees it alive
 	next := tc.leaderAmong(tc.others(old))
