@@ -2,16 +2,22 @@
 // (tests and the safety scenarios): directed rules per (from, to) node
 // name cut, delay and drop the mesh's TCP streams and memberlist's gossip.
 //
-// Use:
+// Use (example_test.go has it whole; node/cluster_test.go wires a cluster):
 //
-//	fn := faultnet.New(42)                   // the seed of every link's RNG
-//	ln = fn.Listener("n1", ln)               // registers ln's address as n1
-//	cfg.Dial = fn.Dialer("n1", nil)          // mesh.Config.Dial of n1
-//	tr, _ := fn.Transport("n1", nt, addr)    // memberlist transport of n1
-//	fn.Cut("n1", "n2")                       // n1 → n2 only
-//	fn.Set("n1", "n3", faultnet.Rule{Delay: 20 * time.Millisecond})
-//	fn.Isolate("n1")                         // both ways, every other node
+//	fn := faultnet.New(42)                          // the seed of every link's RNG
+//	meshCfg.WrapListener = func(ln net.Listener) net.Listener {
+//		return fn.Listener("n1", ln)            // registers n1's mesh address
+//	}
+//	meshCfg.Dial = fn.Dialer("n1", nil)             // n1's outbound mesh streams
+//	fn.Register("n1", gossipAddr)                   // n1's gossip address
+//	memberCfg.Transport = fn.Transport("n1", nt)    // nt: n1's *memberlist.NetTransport
+//	fn.Cut("n1", "n2")                              // n1 → n2 only
+//	fn.Set("n1", "n3", faultnet.Rule{Delay: 20 * time.Millisecond, Jitter: 5 * time.Millisecond})
+//	fn.Isolate("n1")                                // both ways, every other registered node
 //	fn.HealAll()
+//
+// Use one Net for the mesh and another for the gossip to fault one
+// without the other (a gossip-only cut, say).
 //
 // Where a rule applies: on the side that starts the traffic. A stream
 // dialed by A to B applies A→B on every Write and B→A on every Read, so
