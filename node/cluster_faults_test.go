@@ -130,7 +130,7 @@ func TestClusterLeaderOneWayCut(t *testing.T) {
 		return err == nil && st.Role != "leader"
 	})
 	nc := tc.nodes[next]
-	if got, err := nc.tn.c.Get(bg, "lock"); err != nil || *got != *before {
+	if got, err := getRetry(t, nc, "lock"); err != nil || *got != *before {
 		t.Fatalf("new leader's view %+v %v, want exactly %+v", got, err, before)
 	}
 	// Grants through every node: whatever is acknowledged must survive.
@@ -153,11 +153,11 @@ func TestClusterLeaderOneWayCut(t *testing.T) {
 	leader := tc.leader()
 	lc := tc.nodes[leader]
 	for name, token := range acked {
-		if got, err := lc.tn.c.Get(bg, name); err != nil || got.Token != token {
+		if got, err := getRetry(t, lc, name); err != nil || got.Token != token {
 			t.Fatalf("acknowledged %s (token %d) after healing: %+v %v", name, token, got, err)
 		}
 	}
-	if got, err := lc.tn.c.Get(bg, "lock"); err != nil || got.Holder != "alice" || got.Token != g.Token {
+	if got, err := getRetry(t, lc, "lock"); err != nil || got.Holder != "alice" || got.Token != g.Token {
 		t.Fatalf("lock after healing: %+v %v, want alice's token %d", got, err, g.Token)
 	}
 }

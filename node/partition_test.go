@@ -58,6 +58,20 @@ func grantRetry(t *testing.T, cm *clusterMember, ticket, holder string, leaseS i
 	}
 }
 
+// getRetry reads ticket through cm, retrying a 503 (a leader change under
+// load) for up to 20 s.
+func getRetry(t *testing.T, cm *clusterMember, ticket string) (*wire.Ticket, error) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got, err := cm.tn.c.Get(bg, ticket)
+		if err == nil || !strings.Contains(err.Error(), "503") || time.Now().After(deadline) {
+			return got, err
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval of a retry with a deadline
+	}
+}
+
 // grantAlice grants "lock" to alice for 250 s through the leader and
 // reads it back; it returns the leader after the grant (under load the
 // leadership may have moved while granting).
@@ -66,7 +80,7 @@ func (tc *testCluster) grantAlice() (leader string, g *client.Lease, before *wir
 	t.Helper()
 	g, _ = grantRetry(t, tc.nodes[tc.leader()], "lock", "alice", 250)
 	leader = tc.leader()
-	before, err := tc.nodes[leader].tn.c.Get(bg, "lock")
+	before, err := getRetry(t, tc.nodes[leader], "lock")
 	if err != nil || before.Token != g.Token {
 		t.Fatalf("the leader reads %+v %v, want alice's token %d", before, err, g.Token)
 	}
@@ -100,16 +114,17 @@ func TestClusterPartitionedLeaderCannotCommit(t *testing.T) {
 		t.Fatal("the isolated old leader served a read")
 	}
 	// The new leader: alice still holds, unchanged; bob is refused.
-	got, err := nc.tn.c.Get(bg, "lock")
+	got, err := getRetry(t, nc, "lock")
 	if err != nil || *got != *before {
 		t.Fatalf("new leader's view %+v %v, want exactly %+v", got, err, before)
 	}
 	if _, err := nc.tn.c.Grant(bg, "lock", "bob", 30); err == nil {
 		t.Fatal("the new leader granted a held ticket to another holder")
 	}
-	if r, err := nc.tn.c.Renew(bg, "lock", "alice", g.Token, 250); err != nil || r.Token != g.Token {
-		t.Fatalf("alice renews through the new leader: %+v %v", r, err)
-	}
+	waitFor(t, "alice renews through the new leader (her token kept)", 20*time.Second, func() bool {
+		r, err := nc.tn.c.Renew(bg, "lock", "alice", g.Token, 250)
+		return err == nil && r.Token == g.Token
+	})
 
 	meshNet.HealAll()
 	waitFor(t, "one leader after healing", 20*time.Second, func() bool {
