@@ -180,6 +180,9 @@ func (cl *clusterNode) openConsensus() (*consensus.Raft, error) {
 		Timing:            consensus.ClusterTiming(),
 		SnapshotThreshold: n.cfg.Cluster.Raft.SnapshotThreshold, SnapshotInterval: n.cfg.Cluster.Raft.SnapshotInterval,
 		TrailingLogs: n.cfg.Cluster.Raft.TrailingLogs, Notify: n.notify, Logger: n.log,
+		// A Raft goroutine stuck in an RPC to a peer would hang the stop:
+		// closing the mesh's sessions ends every stream it may wait on.
+		Unblock: func() { _ = cl.mesh.Close() },
 	})
 	if err != nil {
 		return nil, err

@@ -62,6 +62,12 @@ type Options struct {
 	// Notify receives leadership changes (raft.Config.NotifyCh).
 	Notify chan bool
 	Logger *slog.Logger
+	// Unblock, if set, is called once when Raft's shutdown has not finished
+	// slowShutdown after Close began: it should close what Raft's
+	// goroutines may be blocked on (cluster mode: the mesh sessions), so
+	// a replication or heartbeat RPC stuck on a peer returns and the
+	// shutdown completes instead of hanging the stop.
+	Unblock func()
 }
 
 // Raft is an open Raft instance and its stores.
@@ -77,7 +83,13 @@ type Raft struct {
 	waiters sync.WaitGroup // future readers started by wait
 	wmu     sync.Mutex     // orders waiters.Add against Close's Wait
 	closing bool           // under wmu: Close started, wait refuses new readers
+	unblock func()
+	log     *slog.Logger
 }
+
+// slowShutdown is how long Close waits for Raft's shutdown before it calls
+// Options.Unblock.
+const slowShutdown = 3 * time.Second
 
 // Open verifies and restores the newest snapshot, opens the log, bootstraps
 // when told to and there is no state, and starts Raft.
@@ -87,7 +99,7 @@ func Open(o Options) (_ *Raft, err error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	raftLog := &hclogWriter{log: log.With("component", "raft")}
-	p := &Raft{dbPath: o.Dir.RaftDB(), dir: o.Dir}
+	p := &Raft{dbPath: o.Dir.RaftDB(), dir: o.Dir, unblock: o.Unblock, log: log}
 	// A data dir that has run before has both raft.db and snapshots/ (the
 	// snapshot store creates it on the first open): raft.db missing beside
 	// it was deleted, and starting would forget every acknowledged write.
@@ -231,7 +243,20 @@ func (p *Raft) Close() error {
 		p.wmu.Lock()
 		p.closing = true
 		p.wmu.Unlock()
-		if err := p.r.Shutdown().Error(); err != nil && !errors.Is(err, raft.ErrRaftShutdown) {
+		sf := p.r.Shutdown()
+		shut := make(chan error, 1)
+		go func() { shut <- sf.Error() }() // returns once every Raft goroutine ended
+		var err error
+		select {
+		case err = <-shut:
+		case <-time.After(slowShutdown):
+			p.log.Warn("raft shutdown still waiting on its goroutines; closing what they may be blocked on", "after", slowShutdown)
+			if p.unblock != nil {
+				p.unblock()
+			}
+			err = <-shut
+		}
+		if err != nil && !errors.Is(err, raft.ErrRaftShutdown) {
 			errs = append(errs, err)
 		}
 		// Shutdown answers every pending future; their readers end now.
