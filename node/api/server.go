@@ -396,18 +396,18 @@ func (s *server) write(w http.ResponseWriter, r *http.Request, rt route, name st
 	var lease int64
 	holder := fieldSpec{name: "holder", kind: kString, required: true, str: &wr.Holder}
 	leaseF := fieldSpec{name: "lease_s", kind: kInt, required: true, i64: &lease}
-	var waitMs int64
-	waitF := fieldSpec{name: "wait_ms", kind: kInt, i64: &waitMs}
+	var waitMs uint64
+	waitF := fieldSpec{name: "wait_ms", kind: kUint, u64: &waitMs}
 	token := fieldSpec{name: "token", kind: kUint, required: true, u64: &wr.Token}
 	var err error
 	switch rt {
 	case rGrant:
 		wr.Op = ticket.OpGrant
 		err = decodeStrict(body, holder, leaseF, waitF)
-		if err == nil && (waitMs < 0 || waitMs > MaxWaitMs) {
+		if err == nil && waitMs > MaxWaitMs {
 			err = fmt.Errorf("field \"wait_ms\": %d is outside 0..=%d", waitMs, MaxWaitMs)
 		}
-		wr.WaitMs = uint32(min(max(waitMs, 0), MaxWaitMs))
+		wr.WaitMs = uint32(min(waitMs, MaxWaitMs))
 	case rRenew:
 		wr.Op = ticket.OpRenew
 		err = decodeStrict(body, holder, token, leaseF)
