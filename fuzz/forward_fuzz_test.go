@@ -30,6 +30,7 @@ func FuzzForwardFrames(f *testing.F) {
 	seed(forward.AppendRequest(10, forward.Request{Op: forward.OpWatch, Name: "n", Index: 12, WaitMs: 1000}))
 	seed(forward.AppendResponse(11, forward.Response{Code: forward.CodeOK, Watched: &forward.Watched{Index: 12, Ticket: &tk}}))
 	seed(forward.AppendResponse(12, forward.Response{Code: forward.CodeOK, Watched: &forward.Watched{Index: 13}}))
+	seed(forward.AppendResponse(13, forward.Response{Code: forward.CodeOK, Ticket: &tk, WaitedMs: 1500}))
 	seed(forward.AppendResponse(6, forward.Response{Code: forward.CodeOK, Ticket: &tk}))
 	seed(forward.AppendResponse(7, forward.Response{Code: forward.CodeOK, List: &forward.List{Tickets: []forward.Ticket{tk, {}}, Truncated: true}}))
 	seed(forward.AppendResponse(8, forward.Response{Code: forward.CodeHeld, Message: "held", Holder: "o", Token: 3}))

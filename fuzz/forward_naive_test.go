@@ -128,6 +128,13 @@ func naiveForwardResponse(b []byte) (uint64, forward.Response, bool) {
 	case 1:
 		t := n.ticket()
 		r.Ticket = &t
+	case 4: // ticket, waited_ms > 0
+		t := n.ticket()
+		r.Ticket = &t
+		n.num(&r.WaitedMs)
+		if r.WaitedMs == 0 {
+			return 0, forward.Response{}, false
+		}
 	case 2:
 		var count uint32
 		n.num(&count)

@@ -189,7 +189,7 @@ func writtenResponse(out api.Written) forward.Response {
 	ft := wireTicket(res.Ticket, out.RecvMs)
 	switch res.Code {
 	case ticket.CodeOK, ticket.CodeExisting:
-		r := forward.Response{Code: forward.CodeOK, Ticket: &ft}
+		r := forward.Response{Code: forward.CodeOK, Ticket: &ft, WaitedMs: out.WaitedMs}
 		if res.Code == ticket.CodeExisting {
 			r.Reason = ticket.CodeExisting.String()
 		}
@@ -298,7 +298,7 @@ func (f *forwarder) forwardWrite(ctx context.Context, c *forward.Client, w api.W
 	if resp.Ticket != nil && resp.Ticket.RemainingMs <= recv {
 		recv -= resp.Ticket.RemainingMs
 	}
-	return api.Written{Result: ticket.Result{Code: code, Ticket: t}, RecvMs: recv}, nil
+	return api.Written{Result: ticket.Result{Code: code, Ticket: t}, RecvMs: recv, WaitedMs: resp.WaitedMs}, nil
 }
 
 // forwardGet is a linearizable Get on the leader.

@@ -230,6 +230,7 @@ func (h *waitHub) counts() (waiters, watchers int) {
 // request's context ends (the caller went away: dropped, never granted),
 // or the leadership ends (503).
 func (n *Node) grantWaiting(ctx context.Context, w api.Write) (api.Written, error) {
+	arrived := time.Now() // monotonic: how long the caller waited (wire.Grant.WaitedMs)
 	wctx, cancel := context.WithTimeout(ctx, time.Duration(w.WaitMs)*time.Millisecond)
 	defer cancel()
 	me, term, err := n.waits.enqueue(w.Name)
@@ -241,8 +242,12 @@ func (n *Node) grantWaiting(ctx context.Context, w api.Write) (api.Written, erro
 	tried := false
 	for {
 		if n.waits.head(w.Name, me) {
+			waited := time.Since(arrived) // before the Grant's own receive time
 			out, err := n.grantFor(ctx, w)
 			if err != nil || out.Result.Code != ticket.CodeHeld {
+				if err == nil && out.Result.Code == ticket.CodeOK {
+					out.WaitedMs = uint64(waited.Milliseconds())
+				}
 				return out, err
 			}
 			last, tried = out, true

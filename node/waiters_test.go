@@ -103,6 +103,13 @@ func TestGrantWaitWakesOnExpiry(t *testing.T) {
 	if r.err != nil || r.l.Holder != "w1" || r.l.Token <= old.Token {
 		t.Fatalf("after the expiry: %+v %v", r.l, r.err)
 	}
+	// SPEC §4.2: the answer says how long it waited on the leader, so the
+	// local deadline counts from when the grant can have been made at the
+	// earliest, not from the send time of the wait (a wait longer than the
+	// lease would leave no time at all).
+	if r.l.WaitedMs == 0 {
+		t.Fatalf("a grant after five expiry rounds of waiting says waited_ms 0: %+v", r.l.Grant)
+	}
 }
 
 // SPEC §4.2: when wait_ms passes the answer is the usual 409 held, and the

@@ -54,6 +54,9 @@ const IndexHeader = "X-Ticket-Index"
 type Written struct {
 	Result ticket.Result
 	RecvMs uint64 // the leader's wall ms (rounded down) when it took the request
+	// WaitedMs: a blocking grant's time queued on the leader before the
+	// Grant that succeeded (monotonic, rounded down); 0 otherwise.
+	WaitedMs uint64
 }
 
 // Backend is what the handler needs from the node.
@@ -452,7 +455,7 @@ func (s *server) write(w http.ResponseWriter, r *http.Request, rt route, name st
 			remaining = t.ValidBeforeMs - out.RecvMs
 		}
 		writeJSON(w, http.StatusOK, wire.Grant{Name: t.Name, Holder: t.Holder, Token: t.Token, LeaseS: t.LeaseS,
-			ConservativeValidBeforeUnixMs: t.ValidBeforeMs, RemainingMs: remaining})
+			ConservativeValidBeforeUnixMs: t.ValidBeforeMs, RemainingMs: remaining, WaitedMs: out.WaitedMs})
 		return res.Code.String()
 	case ticket.CodeHeld:
 		writeJSON(w, http.StatusConflict, wire.ErrorBody{Error: "held", Holder: t.Holder, Token: t.Token,

@@ -117,7 +117,10 @@ var (
 // Lease is a granted or renewed ticket as this client holds it.
 type Lease struct {
 	wire.Grant
-	// SentAt is when this client sent the request (monotonic).
+	// SentAt is when this client sent the request (monotonic); for a
+	// blocking grant, that plus the time it waited on the leader
+	// (WaitedMs × (1 − 500 ppm)): the earliest instant the grant can have
+	// been made.
 	SentAt time.Time
 	// Deadline is SentAt + the remaining lease × (1 − 500 ppm): trust the
 	// ticket only before it (time.Now().Before(l.Deadline)).
@@ -206,7 +209,10 @@ func (c *Client) leaseVia(ctx context.Context, hc *http.Client, name, action str
 		remaining = min(remaining, *g.RemainingMs)
 		g.Grant.RemainingMs = *g.RemainingMs
 	}
-	return &Lease{Grant: g.Grant, SentAt: sent, Deadline: LocalDeadline(sent, remaining)}, nil
+	// A blocking grant was made at least WaitedMs (by the leader's clock,
+	// which may run fast by the same rate error) after this client sent it.
+	start := LocalDeadline(sent, g.WaitedMs)
+	return &Lease{Grant: g.Grant, SentAt: start, Deadline: LocalDeadline(start, remaining)}, nil
 }
 
 // Release frees the ticket.

@@ -36,6 +36,12 @@ type Grant struct {
 	// an idempotent repeat of an older grant. The Go client's local
 	// deadline is its send time + RemainingMs × (1 − 500 ppm).
 	RemainingMs uint64 `json:"remaining_ms"`
+	// WaitedMs (a blocking grant, SPEC §4.2): how long the request waited
+	// on the leader before the Grant that succeeded, by the leader's
+	// monotonic clock, rounded down. The grant happened at least this long
+	// after the client sent the request, so the local deadline may start
+	// from send time + WaitedMs × (1 − 500 ppm).
+	WaitedMs uint64 `json:"waited_ms,omitempty"`
 }
 
 // Released is the 200 answer to release.

@@ -140,6 +140,10 @@ type Response struct {
 	Ticket  *Ticket
 	List    *List
 	Watched *Watched
+	// WaitedMs (with Ticket, a blocking grant's answer): how long the
+	// request waited on the leader before the Grant that succeeded,
+	// rounded down (the client's local deadline may count it).
+	WaitedMs uint64
 }
 
 // Err returns nil for CodeOK and the response as an *Error otherwise.
@@ -156,6 +160,7 @@ const (
 	bodyTicket = 1
 	bodyList   = 2
 	bodyWatch  = 3 // u64 index, bool held, then the ticket when held
+	bodyWaited = 4 // a ticket, then u64 waited_ms (> 0)
 )
 
 // Decoding errors. Every decode failure wraps ErrMalformed.
@@ -323,6 +328,9 @@ func AppendResponse(id uint64, r Response) ([]byte, error) {
 	if (r.Ticket != nil && r.List != nil) || (r.Watched != nil && (r.Ticket != nil || r.List != nil)) {
 		return nil, errors.New("forward: cannot encode a response with more than one of a ticket, a list and a watch")
 	}
+	if r.WaitedMs > 0 && r.Ticket == nil {
+		return nil, errors.New("forward: cannot encode waited_ms without a ticket")
+	}
 	e := header(kindResponse, id)
 	e.u8(uint8(r.Code))
 	e.str(r.Message)
@@ -331,6 +339,10 @@ func AppendResponse(id uint64, r Response) ([]byte, error) {
 	e.str(r.Holder)
 	e.u64(r.Token)
 	switch {
+	case r.Ticket != nil && r.WaitedMs > 0:
+		e.u8(bodyWaited)
+		e.ticket(*r.Ticket)
+		e.u64(r.WaitedMs)
 	case r.Ticket != nil:
 		e.u8(bodyTicket)
 		e.ticket(*r.Ticket)
@@ -497,6 +509,12 @@ func ParseResponse(body []byte) (id uint64, r Response, err error) {
 	case tag == bodyTicket:
 		t := d.ticket()
 		r.Ticket = &t
+	case tag == bodyWaited:
+		t := d.ticket()
+		r.Ticket, r.WaitedMs = &t, d.u64("waited_ms")
+		if d.err == nil && r.WaitedMs == 0 {
+			return 0, Response{}, malformed("waited_ms 0 under the waited body tag")
+		}
 	case tag == bodyList:
 		n := d.u32("ticket count")
 		if d.err == nil && uint64(n)*minTicket > uint64(len(d.b)) {

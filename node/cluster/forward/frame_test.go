@@ -32,6 +32,7 @@ func sampleResponses() []Response {
 		{Code: CodeOK},
 		{Code: CodeOK, Watched: &Watched{Index: 77, Ticket: &tk}},
 		{Code: CodeOK, Watched: &Watched{Index: 78}},
+		{Code: CodeOK, Ticket: &tk, WaitedMs: 12_345},
 	}
 	for c := CodeHeld; c < codeCount; c++ {
 		r := Response{Code: c, Message: "because " + c.String()}
