@@ -274,6 +274,9 @@ func (f *forwarder) forwardWrite(ctx context.Context, c *forward.Client, w api.W
 			return api.Written{}, err
 		}
 		defer release()
+		var cancel context.CancelFunc
+		ctx, cancel = f.cl.n.waits.bind(ctx) // ends when this node stops, too
+		defer cancel()
 		req.WaitMs, do = w.WaitMs, c.DoAlone
 	}
 	resp, err := do(ctx, req)
@@ -324,6 +327,9 @@ func (f *forwarder) forwardWatch(ctx context.Context, c *forward.Client, name st
 			return ticket.Ticket{}, false, 0, err
 		}
 		defer release()
+		var cancel context.CancelFunc
+		ctx, cancel = f.cl.n.waits.bind(ctx)
+		defer cancel()
 		do = c.DoAlone
 	}
 	resp, err := do(ctx, req)

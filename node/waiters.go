@@ -43,14 +43,25 @@ type waitHub struct {
 	watchers map[string]map[*waiter]struct{}
 	nWait    int
 	nWatch   int
-	term     chan struct{} // closed when this node's leadership ends; nil when not leading
-	closed   bool          // the node is stopping: no new term
-	stopped  chan struct{} // closed by close
+	term     chan struct{}      // closed when this node's leadership ends; nil when not leading
+	closed   bool               // the node is stopping: no new term
+	stopCtx  context.Context    // ends with close
+	stop     context.CancelFunc // ends stopCtx
 }
 
 func newWaitHub(maxWaiters, maxWatchers int) *waitHub {
-	return &waitHub{maxWaiters: maxWaiters, maxWatchers: maxWatchers,
-		queues: map[string][]*waiter{}, watchers: map[string]map[*waiter]struct{}{}, stopped: make(chan struct{})}
+	h := &waitHub{maxWaiters: maxWaiters, maxWatchers: maxWatchers,
+		queues: map[string][]*waiter{}, watchers: map[string]map[*waiter]struct{}{}}
+	h.stopCtx, h.stop = context.WithCancel(context.Background())
+	return h
+}
+
+// bind returns ctx ended also by close: a wait this node forwards ends
+// when the node stops, not only when the caller goes away.
+func (h *waitHub) bind(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	unhook := context.AfterFunc(h.stopCtx, cancel)
+	return ctx, func() { unhook(); cancel() }
 }
 
 // close ends the current term's waits and refuses new ones: the node is
@@ -61,7 +72,7 @@ func (h *waitHub) close() {
 	defer h.mu.Unlock()
 	if !h.closed {
 		h.closed = true
-		close(h.stopped)
+		h.stop()
 	}
 }
 
@@ -261,8 +272,12 @@ func (n *Node) grantWaiting(ctx context.Context, w api.Write) (api.Written, erro
 				return api.Written{}, errWaitGone // the caller went away
 			}
 			if !tried {
-				// Never at the head: answer as a Grant without wait would.
-				return n.grantFor(ctx, api.Write{Op: w.Op, Name: w.Name, Holder: w.Holder, LeaseS: w.LeaseS})
+				// Never at the head: the holder as it stands, unless the
+				// ticket is free or ours (then as a Grant without wait).
+				if t, held := n.fsm.Get(w.Name); held && t.Holder != w.Holder {
+					return api.Written{Result: ticket.Result{Code: ticket.CodeHeld, Ticket: t}}, nil
+				}
+				return n.grantFor(ctx, w)
 			}
 			return last, nil
 		}
