@@ -81,6 +81,32 @@ func TestClusterGrantWaitForwarded(t *testing.T) {
 		t.Fatalf("forwarded waiter after the release: %+v %v", r.l, r.err)
 	}
 
+	// A watch through the follower answers the next change on the leader.
+	w0, err := fc.tn.c.Watch(bg, "job", 0, 0)
+	if err != nil || w0.Ticket == nil || w0.Ticket.Holder != "w1" || w0.Index != r.l.Token {
+		t.Fatalf("watch through the follower: %+v %v", w0, err)
+	}
+	watched := make(chan *client.Watched, 1)
+	go func() {
+		w, err := fc.tn.c.Watch(bg, "job", w0.Index, time.Minute)
+		if err != nil {
+			t.Errorf("blocking watch through the follower: %v", err)
+		}
+		watched <- w
+	}()
+	waitFor(t, "the leader to hold the forwarded watch", 10*time.Second, func() bool { _, w := lc.n.waits.counts(); return w == 1 })
+	if _, err := lc.tn.c.Renew(bg, "job", "w1", r.l.Token, 30); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case w := <-watched:
+		if w == nil || w.Ticket == nil || w.Index <= w0.Index {
+			t.Fatalf("forwarded watch after a renew: %+v", w)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the forwarded watch did not answer the renew")
+	}
+
 	// A leader change ends the next wait with a 503.
 	go func() {
 		l, err := fc.tn.c.GrantWait(bg, "job", "w2", 30, time.Minute)
