@@ -10,8 +10,9 @@
 #
 #   bench/etcd.sh                       # 64 clients, 2 rounds × 20 s each
 #   CLIENTS=64 DURATION=30s ROUNDS=3 bench/etcd.sh
+#   HANDOFF=1 bench/etcd.sh             # one contended lock: ticketd Acquire vs etcd Mutex.Lock (issue 14)
 #
-# Environment: CLIENTS, DURATION, ROUNDS, WARMUP, ETCD (binary),
+# Environment: CLIENTS, DURATION, ROUNDS, WARMUP, HANDOFF, ETCD (binary),
 # ETCD_CLIENT_PORT (23790), ETCD_PEER_PORT (23800), TICKETD_PORT (27980).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,8 @@ CLIENTS=${CLIENTS:-64}
 DURATION=${DURATION:-20s}
 ROUNDS=${ROUNDS:-2}
 WARMUP=${WARMUP:-3s}
+MODE=()
+if [ -n "${HANDOFF:-}" ]; then MODE=(-handoff); fi
 EP=${ETCD_CLIENT_PORT:-23790}
 PP=${ETCD_PEER_PORT:-23800}
 TP=${TICKETD_PORT:-27980}
@@ -64,6 +67,6 @@ pids+=($!)
 tpid=$!
 
 "$tmp/ticketload" -ticketd "http://127.0.0.1:$TP" -etcd "127.0.0.1:$EP" \
-  -clients "$CLIENTS" -duration "$DURATION" -rounds "$ROUNDS" -warmup "$WARMUP"
+  -clients "$CLIENTS" -duration "$DURATION" -rounds "$ROUNDS" -warmup "$WARMUP" "${MODE[@]}"
 
 echo "bench: peak RSS ticketd $(awk '/VmHWM/ {print $2, $3}' "/proc/$tpid/status"), etcd $(awk '/VmHWM/ {print $2, $3}' "/proc/${pids[0]}/status")"

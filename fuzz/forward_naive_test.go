@@ -85,6 +85,10 @@ func naiveForwardRequest(b []byte) (uint64, forward.Request, bool) {
 	case 5: // list
 		r.Prefix = n.str()
 		n.num(&r.Limit)
+	case 6: // watch
+		r.Name = n.str()
+		n.num(&r.Index)
+		n.num(&r.WaitMs)
 	default:
 		return 0, forward.Request{}, false
 	}
@@ -124,6 +128,13 @@ func naiveForwardResponse(b []byte) (uint64, forward.Response, bool) {
 	case 1:
 		t := n.ticket()
 		r.Ticket = &t
+	case 4: // ticket, waited_ms > 0
+		t := n.ticket()
+		r.Ticket = &t
+		n.num(&r.WaitedMs)
+		if r.WaitedMs == 0 {
+			return 0, forward.Response{}, false
+		}
 	case 2:
 		var count uint32
 		n.num(&count)
@@ -138,6 +149,19 @@ func naiveForwardResponse(b []byte) (uint64, forward.Response, bool) {
 		}
 		l.Truncated = tr == 1
 		r.List = l
+	case 3: // watch: index, held, ticket when held
+		w := &forward.Watched{}
+		n.num(&w.Index)
+		var held uint8
+		n.num(&held)
+		if held > 1 {
+			return 0, forward.Response{}, false
+		}
+		if held == 1 {
+			t := n.ticket()
+			w.Ticket = &t
+		}
+		r.Watched = w
 	default:
 		return 0, forward.Response{}, false
 	}

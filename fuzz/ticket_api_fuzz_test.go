@@ -8,6 +8,7 @@ import (
 	"github.com/tckclk/tckclk/node/api/wire"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -48,19 +49,21 @@ func (b *bodyBackend) Snapshot(context.Context) (wire.SnapshotInfo, error) {
 
 // The write requests whose bodies the strict decoder reads (SPEC §4.1).
 var bodyRoutes = []struct {
-	action string
-	op     ticket.Op
-	keys   []string
+	action   string
+	op       ticket.Op
+	keys     []string
+	optional []string
 }{
-	{"grant", ticket.OpGrant, []string{"holder", "lease_s"}},
-	{"renew", ticket.OpRenew, []string{"holder", "token", "lease_s"}},
-	{"release", ticket.OpRelease, []string{"holder", "token"}},
+	{"grant", ticket.OpGrant, []string{"holder", "lease_s"}, []string{"wait_ms"}}, // SPEC §4.2
+	{"renew", ticket.OpRenew, []string{"holder", "token", "lease_s"}, nil},
+	{"release", ticket.OpRelease, []string{"holder", "token"}, nil},
 }
 
 // naiveBody is the deliberately simple reading of a write body: standard
 // encoding/json into a map, exactly the route's keys, the holder a string
 // of SPEC §4 (1..=128 printable ASCII), lease_s a canonical decimal in
-// 1..=250, token a canonical decimal u64 ≥ 1. A map keeps only the last of
+// 1..=250, token a canonical decimal u64 ≥ 1, the optional wait_ms a
+// canonical decimal in 0..=300000. A map keeps only the last of
 // a key given twice, so duplicates are found first by naiveDuplicateKey, a
 // separate walk over encoding/json's tokens; a body with one is refused.
 type naiveBody struct {
@@ -69,6 +72,7 @@ type naiveBody struct {
 	holder string
 	lease  uint64
 	token  uint64
+	wait   uint64
 }
 
 // naiveDuplicateKey reports whether the top-level JSON object in body names
@@ -102,22 +106,30 @@ func naiveDuplicateKey(body []byte) bool {
 	return false
 }
 
-func naiveDecode(keys []string, body []byte) naiveBody {
+func naiveDecode(keys, optional []string, body []byte) naiveBody {
 	if naiveDuplicateKey(body) {
 		return naiveBody{dup: true}
 	}
 	var m map[string]json.RawMessage
-	if !json.Valid(body) || json.Unmarshal(body, &m) != nil || m == nil || len(m) != len(keys) {
+	if !json.Valid(body) || json.Unmarshal(body, &m) != nil || m == nil || len(m) < len(keys) || len(m) > len(keys)+len(optional) {
 		return naiveBody{}
 	}
 	var n naiveBody
-	for _, k := range keys {
+	for _, k := range append(slices.Clone(keys), optional...) {
 		raw, ok := m[k]
 		if !ok {
+			if slices.Contains(optional, k) {
+				continue
+			}
 			return naiveBody{}
 		}
+		delete(m, k)
 		v := string(raw)
 		switch k {
+		case "wait_ms":
+			if n.wait, ok = naiveUint(v); !ok || n.wait > 300_000 {
+				return naiveBody{}
+			}
 		case "holder":
 			if json.Unmarshal(raw, &n.holder) != nil || !strings.HasPrefix(v, `"`) || !naiveHolder.MatchString(n.holder) {
 				return naiveBody{}
@@ -134,6 +146,9 @@ func naiveDecode(keys []string, body []byte) naiveBody {
 				return naiveBody{}
 			}
 		}
+	}
+	if len(m) != 0 {
+		return naiveBody{} // a key the route does not take
 	}
 	n.ok = true
 	return n
@@ -171,6 +186,12 @@ func FuzzTicketAPIBody(f *testing.F) {
 		{0, `{"holder":"h","lease_s":30,}`},
 		{0, `{"holder":"h","lease_s":99999999999999999999}`},
 		{0, `[]`},
+		{0, `{"holder":"h","lease_s":30,"wait_ms":0}`},
+		{0, `{"holder":"h","lease_s":30,"wait_ms":300000}`},
+		{0, `{"holder":"h","lease_s":30,"wait_ms":300001}`},
+		{0, `{"holder":"h","lease_s":30,"wait_ms":-0}`},
+		{0, `{"wait_ms":5,"holder":"h","lease_s":30,"wait_ms":5}`},
+		{1, `{"holder":"h","token":7,"lease_s":60,"wait_ms":5}`},
 		{0, ``},
 		{1, `{"holder":"h","token":7,"lease_s":60}`},
 		{1, `{"holder":"h","token":18446744073709551615,"lease_s":60}`},
@@ -189,7 +210,7 @@ func FuzzTicketAPIBody(f *testing.F) {
 		h := api.NewHandler(api.Options{Backend: be})
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/tickets/fz/"+r.action, bytes.NewReader(body)))
-		naive := naiveDecode(r.keys, body)
+		naive := naiveDecode(r.keys, r.optional, body)
 
 		if len(be.writes) == 0 {
 			var e wire.ErrorBody
@@ -220,7 +241,7 @@ func FuzzTicketAPIBody(f *testing.F) {
 		if (w.Op != ticket.OpRelease) != (w.LeaseS >= 1 && w.LeaseS <= 250) || w.Op == ticket.OpRelease && w.LeaseS != 0 {
 			t.Fatalf("accepted body %q gave lease %d for %s", body, w.LeaseS, w.Op)
 		}
-		if !naive.ok || naive.holder != w.Holder || naive.token != w.Token || naive.lease != uint64(w.LeaseS) {
+		if !naive.ok || naive.holder != w.Holder || naive.token != w.Token || naive.lease != uint64(w.LeaseS) || naive.wait != uint64(w.WaitMs) {
 			t.Fatalf("accepted body %q gave %+v; the naive reading is %+v", body, w, naive)
 		}
 	})

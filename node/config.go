@@ -20,6 +20,10 @@ const (
 	DefaultMaxStandby = 4
 	// DefaultAPIMaxConns caps concurrent API connections.
 	DefaultAPIMaxConns = 1024
+	// DefaultMaxWaiters and DefaultMaxWatchers cap blocking grants and
+	// blocking reads per node (each holds an API connection).
+	DefaultMaxWaiters  = 256
+	DefaultMaxWatchers = 256
 )
 
 // Config is ticketd.yaml (SPEC §6, §8). The cluster keys keep the seed's
@@ -97,6 +101,11 @@ type APIConfig struct {
 	// MaxConns caps concurrent API connections (like the agent's); more
 	// wait in the listen backlog.
 	MaxConns int `yaml:"max_conns"`
+	// MaxWaiters caps blocking grants ("wait_ms") waiting on this node at
+	// once, forwarded ones included; one more is a 429 (SPEC §4.2).
+	MaxWaiters int `yaml:"max_waiters"`
+	// MaxWatchers caps blocking reads (?wait=) on this node; one more is a 429.
+	MaxWatchers int `yaml:"max_watchers"`
 }
 
 // APITLSConfig is api.tls: server certificate and key, optional client CA
@@ -153,7 +162,7 @@ func DefaultConfig() Config {
 			},
 		},
 		Clock: clockhealth.DefaultConfig(),
-		API:   APIConfig{Addr: DefaultAPIAddr, MaxConns: DefaultAPIMaxConns},
+		API:   APIConfig{Addr: DefaultAPIAddr, MaxConns: DefaultAPIMaxConns, MaxWaiters: DefaultMaxWaiters, MaxWatchers: DefaultMaxWatchers},
 		Log:   LogConfig{Level: "info", Format: "text"},
 	}
 }
@@ -215,6 +224,12 @@ func (c *Config) Validate() error {
 	}
 	if c.API.MaxConns < 1 || c.API.MaxConns > 1_000_000 {
 		return config.Errorf("api.max_conns", "%d is outside 1..=1000000", c.API.MaxConns)
+	}
+	if c.API.MaxWaiters < 1 || c.API.MaxWaiters > 1_000_000 {
+		return config.Errorf("api.max_waiters", "%d is outside 1..=1000000", c.API.MaxWaiters)
+	}
+	if c.API.MaxWatchers < 1 || c.API.MaxWatchers > 1_000_000 {
+		return config.Errorf("api.max_watchers", "%d is outside 1..=1000000", c.API.MaxWatchers)
 	}
 	if _, _, err := net.SplitHostPort(c.API.Addr); err != nil {
 		return config.Errorf("api.addr", "%q is not HOST:PORT", c.API.Addr)

@@ -8,8 +8,10 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/cluster/forward"
@@ -32,7 +34,11 @@ type forwarder struct {
 // returned func stops it (and the client) and waits.
 func (f *forwarder) serve(wg *sync.WaitGroup) func() {
 	n := f.cl.n
-	srv := forward.NewServer(forward.ServerConfig{Now: n.wall.Now, Logger: f.cl.log.With("component", "forward")})
+	// Waiting grants and watches hold a slot each while they wait; they are
+	// capped (api.max_waiters, api.max_watchers), so the slots above the
+	// default stay free for renewals and everything else.
+	inflight := forward.DefaultMaxInFlight + n.cfg.API.MaxWaiters + n.cfg.API.MaxWatchers
+	srv := forward.NewServer(forward.ServerConfig{Now: n.wall.Now, MaxInFlight: inflight, Logger: f.cl.log.With("component", "forward")})
 	ln := f.cl.mesh.Listener(mesh.ClassForward)
 	wg.Go(func() {
 		if err := srv.Serve(ln, forward.HandlerFunc(n.forwarded)); err != nil && !errors.Is(err, forward.ErrClosed) {
@@ -98,7 +104,10 @@ func (n *Node) forwarded(ctx context.Context, peer string, req forward.Request) 
 		if req.LeaseS > 255 {
 			return forward.Response{Code: forward.CodeBadRequest, Message: "lease_s above 255"}
 		}
-		w := api.Write{Op: writeOps[req.Op], Name: req.Name, Holder: req.Holder, Token: req.Token, LeaseS: uint8(req.LeaseS)}
+		if req.WaitMs > api.MaxWaitMs {
+			return forward.Response{Code: forward.CodeBadRequest, Message: fmt.Sprintf("field \"wait_ms\": %d is outside 0..=%d", req.WaitMs, api.MaxWaitMs)}
+		}
+		w := api.Write{Op: writeOps[req.Op], Name: req.Name, Holder: req.Holder, Token: req.Token, LeaseS: uint8(req.LeaseS), WaitMs: req.WaitMs}
 		out, err := n.writeLocal(ctx, w)
 		if err != nil {
 			return errResponse(err)
@@ -114,6 +123,21 @@ func (n *Node) forwarded(ctx context.Context, peer string, req forward.Request) 
 		}
 		ft := wireTicket(t, 0)
 		return forward.Response{Code: forward.CodeOK, Ticket: &ft}
+	case forward.OpWatch:
+		wait := time.Duration(req.WaitMs) * time.Millisecond
+		if wait > api.MaxWatchWait {
+			return forward.Response{Code: forward.CodeBadRequest, Message: fmt.Sprintf("wait %v is outside 0..=%v", wait, api.MaxWatchWait)}
+		}
+		t, ok, idx, err := n.watchLocal(ctx, req.Name, req.Index, wait)
+		if err != nil {
+			return errResponse(err)
+		}
+		w := &forward.Watched{Index: idx}
+		if ok {
+			ft := wireTicket(t, 0)
+			w.Ticket = &ft
+		}
+		return forward.Response{Code: forward.CodeOK, Watched: w}
 	case forward.OpList:
 		ts, more, err := n.listLocal(ctx, req.Prefix, int(req.Limit))
 		if err != nil {
@@ -165,7 +189,7 @@ func writtenResponse(out api.Written) forward.Response {
 	ft := wireTicket(res.Ticket, out.RecvMs)
 	switch res.Code {
 	case ticket.CodeOK, ticket.CodeExisting:
-		r := forward.Response{Code: forward.CodeOK, Ticket: &ft}
+		r := forward.Response{Code: forward.CodeOK, Ticket: &ft, WaitedMs: out.WaitedMs}
 		if res.Code == ticket.CodeExisting {
 			r.Reason = ticket.CodeExisting.String()
 		}
@@ -198,6 +222,8 @@ func errResponse(err error) forward.Response {
 		r.Code = forward.CodeNotFound
 	case api.KindConflict:
 		r.Code, r.Reason = forward.CodeMismatch, ae.Code
+	case api.KindTooMany:
+		r.Code, r.Reason = forward.CodeUnavailable, ae.Code // too_many_*: a 429 again on the follower
 	default:
 		r.Code = forward.CodeUnavailable
 	}
@@ -218,6 +244,10 @@ func forwardErr(err error) error {
 			return api.Refuse(api.KindNotFound, "not_found", "%s", fe.Message)
 		case forward.CodeMismatch:
 			return api.Refuse(api.KindConflict, fe.Reason, "%s", fe.Message)
+		case forward.CodeUnavailable:
+			if fe.Reason == errTooManyWaiters.Code || fe.Reason == errTooManyWatchers.Code {
+				return api.Refuse(api.KindTooMany, fe.Reason, "leader: %s", fe.Message)
+			}
 		}
 		return api.Unavailable(fe.Stage, fe.Reason, "leader: %s", fe.Message)
 	case errors.Is(err, forward.ErrOutcomeUnknown):
@@ -235,7 +265,21 @@ func (f *forwarder) forwardWrite(ctx context.Context, c *forward.Client, w api.W
 	if w.Op != ticket.OpRelease {
 		req.LeaseS = uint32(w.LeaseS)
 	}
-	resp, err := c.Do(ctx, req)
+	do := c.Do
+	if w.Op == ticket.OpGrant && w.WaitMs > 0 {
+		// A blocking grant waits on the leader, on a connection of its
+		// own: the caller going away closes it, which ends the wait there.
+		release, err := f.cl.n.waits.reserve(false)
+		if err != nil {
+			return api.Written{}, err
+		}
+		defer release()
+		var cancel context.CancelFunc
+		ctx, cancel = f.cl.n.waits.bind(ctx) // ends when this node stops, too
+		defer cancel()
+		req.WaitMs, do = w.WaitMs, c.DoAlone
+	}
+	resp, err := do(ctx, req)
 	var fe *forward.Error
 	switch {
 	case errors.As(err, &fe) && fe.Code == forward.CodeHeld:
@@ -257,7 +301,7 @@ func (f *forwarder) forwardWrite(ctx context.Context, c *forward.Client, w api.W
 	if resp.Ticket != nil && resp.Ticket.RemainingMs <= recv {
 		recv -= resp.Ticket.RemainingMs
 	}
-	return api.Written{Result: ticket.Result{Code: code, Ticket: t}, RecvMs: recv}, nil
+	return api.Written{Result: ticket.Result{Code: code, Ticket: t}, RecvMs: recv, WaitedMs: resp.WaitedMs}, nil
 }
 
 // forwardGet is a linearizable Get on the leader.
@@ -270,6 +314,32 @@ func (f *forwarder) forwardGet(ctx context.Context, c *forward.Client, name stri
 		return ticket.Ticket{}, false, forwardErr(err)
 	}
 	return localTicket(resp.Ticket), resp.Ticket != nil, nil
+}
+
+// forwardWatch is a blocking read on the leader, on a connection of its
+// own (see forwardWrite).
+func (f *forwarder) forwardWatch(ctx context.Context, c *forward.Client, name string, index uint64, wait time.Duration) (ticket.Ticket, bool, uint64, error) {
+	req := forward.Request{Op: forward.OpWatch, Name: name, Index: index, WaitMs: uint32(wait / time.Millisecond)}
+	do := c.Do
+	if wait > 0 {
+		release, err := f.cl.n.waits.reserve(true)
+		if err != nil {
+			return ticket.Ticket{}, false, 0, err
+		}
+		defer release()
+		var cancel context.CancelFunc
+		ctx, cancel = f.cl.n.waits.bind(ctx)
+		defer cancel()
+		do = c.DoAlone
+	}
+	resp, err := do(ctx, req)
+	if err != nil {
+		return ticket.Ticket{}, false, 0, forwardErr(err)
+	}
+	if resp.Watched == nil {
+		return ticket.Ticket{}, false, 0, api.Unavailable("", "leader", "the leader answered a watch without its index")
+	}
+	return localTicket(resp.Watched.Ticket), resp.Watched.Ticket != nil, resp.Watched.Index, nil
 }
 
 // forwardList is a linearizable List on the leader.

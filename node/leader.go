@@ -21,6 +21,10 @@ func (n *Node) registerMetrics(reg prometheus.Registerer) {
 		n.leaderChanges,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tickets_active", Help: "Tickets currently held."},
 			func() float64 { return float64(n.fsm.Len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ticket_waiters", Help: "Blocking grants (wait_ms) waiting on this node, forwarded ones included (cap api.max_waiters)."},
+			func() float64 { w, _ := n.waits.counts(); return float64(w) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ticket_watchers", Help: "Blocking reads (?wait=) waiting on this node, forwarded ones included (cap api.max_watchers)."},
+			func() float64 { _, w := n.waits.counts(); return float64(w) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "raft_state", Help: "0 follower, 1 candidate, 2 leader, 3 shutdown."},
 			func() float64 {
 				r := n.raft()
@@ -130,6 +134,8 @@ func (n *Node) lead(ctx context.Context) {
 	}
 	n.barrierTerm.Store(term)
 	n.stage.set(StageReady, "")
+	n.waits.startTerm()
+	defer n.waits.endTerm() // waits of this term end with a 503 (SPEC §4.2)
 	n.log.Info("leader ready", "term", term, "applied_index", n.raft().AppliedIndex(), "tickets", n.fsm.Len(),
 		"delta_ms", n.fsm.Delta(), "replay", time.Since(start).Round(time.Millisecond))
 	if n.cl != nil {

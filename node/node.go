@@ -101,6 +101,7 @@ type Node struct {
 	cl      *clusterNode                   // cluster mode only (cluster.go); nil for a single node
 	notify  chan bool
 	metrics *api.Metrics
+	waits   *waitHub // blocking grants and watches (waiters.go)
 
 	barrierTerm   atomic.Uint64 // term in which this leader's Barrier committed
 	expiryRounds  atomic.Uint64 // rounds of the expiry loop (tests wait on it)
@@ -136,7 +137,9 @@ func newNode(cfg Config, deps *Deps) (*Node, error) {
 		cfg: cfg, log: deps.Logger, guard: deps.Guard, stage: newStageHolder(),
 		expiry: deps.ExpiryInterval, fsm: ticket.New(cfg.Clock.DeltaMs), notify: make(chan bool, 16),
 		started: time.Now(),
+		waits:   newWaitHub(cfg.API.MaxWaiters, cfg.API.MaxWatchers),
 	}
+	n.fsm.OnChange(n.waits.changed)
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
@@ -192,6 +195,7 @@ func (n *Node) run(ctx context.Context, deps *Deps) (err error) {
 	}
 	defer func() {
 		n.stage.set(StageStopping, "")
+		n.waits.close()
 		srv.stop()
 	}()
 	if deps.Readiness != nil {
@@ -270,6 +274,7 @@ func (n *Node) run(ctx context.Context, deps *Deps) (err error) {
 			if n.cl != nil {
 				n.handOffLeadership()
 			}
+			n.waits.close() // waits end with a 503 the client retries elsewhere
 			srv.stop()
 			return nil
 		case <-n.fsm.Stopped():

@@ -60,6 +60,9 @@ func (n *Node) writeLocal(ctx context.Context, w api.Write) (api.Written, error)
 	if err := n.serving(); err != nil {
 		return api.Written{}, err
 	}
+	if w.Op == ticket.OpGrant && w.WaitMs > 0 {
+		return n.grantWaiting(ctx, w) // waiters.go; each try comes back here with WaitMs 0
+	}
 	if w.Op == ticket.OpGrant || w.Op == ticket.OpRenew {
 		if err := n.clockOK(); err != nil {
 			return api.Written{}, err
@@ -120,6 +123,15 @@ func (n *Node) Get(ctx context.Context, name string) (ticket.Ticket, bool, error
 		return n.cl.fwd.forwardGet(ctx, c, name)
 	}
 	return n.getLocal(ctx, name)
+}
+
+// Watch is the blocking read of SPEC §4.2 (api.Watcher); a cluster
+// follower forwards it to the leader.
+func (n *Node) Watch(ctx context.Context, name string, index uint64, wait time.Duration) (ticket.Ticket, bool, uint64, error) {
+	if c, ok := n.forwardRoute(); ok {
+		return n.cl.fwd.forwardWatch(ctx, c, name, index, wait)
+	}
+	return n.watchLocal(ctx, name, index, wait)
 }
 
 func (n *Node) getLocal(ctx context.Context, name string) (ticket.Ticket, bool, error) {

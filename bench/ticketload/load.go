@@ -49,6 +49,24 @@ func (t *ticketdCycler) cycle(ctx context.Context, i int) error {
 
 func (t *ticketdCycler) close() { t.tr.CloseIdleConnections() }
 
+// handoffName is the one ticket (and etcd lock prefix) every client
+// contends for in hand-off mode.
+const handoffName = "bench-handoff"
+
+// ticketdHandoff: every client Acquires the same ticket (a blocking grant,
+// first come first served on the leader) and releases it at once.
+type ticketdHandoff struct{ *ticketdCycler }
+
+func (t ticketdHandoff) cycle(ctx context.Context, i int) error {
+	holder := fmt.Sprintf("client-%03d", i)
+	l, err := t.c.Acquire(ctx, handoffName, holder, 30)
+	if err != nil {
+		return err
+	}
+	_, err = t.c.Release(ctx, handoffName, holder, l.Token)
+	return err
+}
+
 // ready waits until /readyz answers 200.
 func (t *ticketdCycler) ready(ctx context.Context, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
@@ -73,7 +91,9 @@ type etcdCycler struct {
 	mutexes  []*concurrency.Mutex
 }
 
-func newEtcd(ctx context.Context, endpoint string, clients int, wait time.Duration) (*etcdCycler, error) {
+// newEtcd opens one session per client; with handoff every client's
+// mutex is on the same prefix (one contended lock), else on its own.
+func newEtcd(ctx context.Context, endpoint string, clients int, wait time.Duration, handoff bool) (*etcdCycler, error) {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
 	if err != nil {
 		return nil, err
@@ -99,7 +119,11 @@ func newEtcd(ctx context.Context, endpoint string, clients int, wait time.Durati
 			return nil, fmt.Errorf("etcd session: %w", err)
 		}
 		e.sessions = append(e.sessions, s)
-		e.mutexes = append(e.mutexes, concurrency.NewMutex(s, fmt.Sprintf("/bench/c%03d", i)))
+		prefix := fmt.Sprintf("/bench/c%03d", i)
+		if handoff {
+			prefix = "/bench/" + handoffName
+		}
+		e.mutexes = append(e.mutexes, concurrency.NewMutex(s, prefix))
 	}
 	return e, nil
 }
@@ -107,6 +131,18 @@ func newEtcd(ctx context.Context, endpoint string, clients int, wait time.Durati
 func (e *etcdCycler) cycle(ctx context.Context, i int) error {
 	m := e.mutexes[i]
 	if err := m.TryLock(ctx); err != nil {
+		return err
+	}
+	return m.Unlock(ctx)
+}
+
+// etcdHandoff: every client Locks the same Mutex prefix (it queues on
+// the key before it) and Unlocks at once.
+type etcdHandoff struct{ *etcdCycler }
+
+func (e etcdHandoff) cycle(ctx context.Context, i int) error {
+	m := e.mutexes[i]
+	if err := m.Lock(ctx); err != nil {
 		return err
 	}
 	return m.Unlock(ctx)
@@ -224,13 +260,19 @@ func compare(ctx context.Context, o options, out io.Writer) error {
 		c    cycler
 	}
 	targets := []target{{"ticketd", td}}
+	if o.handoff {
+		targets = []target{{"ticketd", ticketdHandoff{td}}}
+	}
 	if o.etcd != "" {
-		ed, err := newEtcd(ctx, o.etcd, o.clients, o.wait)
+		ed, err := newEtcd(ctx, o.etcd, o.clients, o.wait, o.handoff)
 		if err != nil {
 			return err
 		}
 		defer ed.close()
-		targets = []target{{"etcd", ed}, {"ticketd", td}}
+		targets = []target{{"etcd", ed}, targets[0]}
+		if o.handoff {
+			targets[0].c = etcdHandoff{ed}
+		}
 	}
 	var results []result
 	for round := 1; round <= o.rounds; round++ {
@@ -272,7 +314,7 @@ func compare(ctx context.Context, o options, out io.Writer) error {
 		return fmt.Errorf("no completed cycles (etcd %d, ticketd %d): %s %s", e.Cycles, t.Cycles, firstErrOf(results, "etcd"), firstErrOf(results, "ticketd"))
 	}
 	summary := map[string]any{
-		"clients": o.clients, "rounds": o.rounds, "seconds_per_round": o.duration.Seconds(),
+		"mode": mode(o), "clients": o.clients, "rounds": o.rounds, "seconds_per_round": o.duration.Seconds(),
 		"etcd_cycles_per_s": e.CyclesPerS, "etcd_p50_ms": e.P50Ms, "etcd_p99_ms": e.P99Ms,
 		"ticketd_cycles_per_s": t.CyclesPerS, "ticketd_p50_ms": t.P50Ms, "ticketd_p99_ms": t.P99Ms,
 		"throughput_ratio": t.CyclesPerS / e.CyclesPerS, "p50_ratio": t.P50Ms / e.P50Ms, "p99_ratio": t.P99Ms / e.P99Ms,
@@ -283,12 +325,20 @@ func compare(ctx context.Context, o options, out io.Writer) error {
 		printJSON(out, summary)
 		return nil
 	}
-	fmt.Fprintf(out, "\npooled over %d rounds × %v, %d clients each:\n", o.rounds, o.duration, o.clients)
+	fmt.Fprintf(out, "\n%s, pooled over %d rounds × %v, %d clients each:\n", mode(o), o.rounds, o.duration, o.clients)
 	fmt.Fprintf(out, "  etcd     %8.1f cycles/s  p50 %7.2f ms  p99 %7.2f ms\n", e.CyclesPerS, e.P50Ms, e.P99Ms)
 	fmt.Fprintf(out, "  ticketd  %8.1f cycles/s  p50 %7.2f ms  p99 %7.2f ms\n", t.CyclesPerS, t.P50Ms, t.P99Ms)
 	fmt.Fprintf(out, "  ratio ticketd/etcd: throughput %.2f× (target ≥ 1.0: %s), p50 %.2f×, p99 %.2f× (target ≤ 1.0: %s)\n",
 		t.CyclesPerS/e.CyclesPerS, met(t.CyclesPerS >= e.CyclesPerS), t.P50Ms/e.P50Ms, t.P99Ms/e.P99Ms, met(t.P99Ms <= e.P99Ms))
 	return nil
+}
+
+// mode names what a cycle is.
+func mode(o options) string {
+	if o.handoff {
+		return "hand-off (one contended lock: blocking acquire + release; a cycle's time is its wait)"
+	}
+	return "independent locks (try-acquire + release on each client's own name)"
 }
 
 func met(ok bool) string {

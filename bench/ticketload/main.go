@@ -13,6 +13,13 @@
 // lease per client, kept alive, then per cycle Mutex.TryLock (a txn
 // put-if-absent of the key with that lease) + Mutex.Unlock (a delete).
 //
+// With -handoff every client contends for one lock instead: a ticketd
+// cycle is client.Acquire (a blocking grant, first come first served on
+// the leader) + Release, an etcd cycle concurrency.Mutex.Lock (queued on
+// the revision before it) + Unlock; cycles/s is hand-offs/s:
+//
+//	ticketload -ticketd http://127.0.0.1:7980 -etcd 127.0.0.1:2379 -clients 64 -handoff
+//
 // Without -etcd it measures ticketd alone (no ratio: for profiling).
 //
 // Fill mode grants N distinct tickets (lease 250 s) as fast as it can and
@@ -58,6 +65,7 @@ type options struct {
 	awaitReady    bool
 	snapshot      bool
 	adminToken    string
+	handoff       bool
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -76,6 +84,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.awaitReady, "await-ready", false, "only wait for ticketd's /readyz and print how long it took")
 	fs.BoolVar(&o.snapshot, "snapshot", false, "only take a snapshot (needs -admin-token-file) and print it")
 	fs.StringVar(&o.adminToken, "admin-token-file", "", "admin token file (for -snapshot)")
+	fs.BoolVar(&o.handoff, "handoff", false, "compare mode on one contended lock: ticketd Acquire vs etcd concurrency.Mutex.Lock")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

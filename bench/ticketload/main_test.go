@@ -134,7 +134,10 @@ func serverCount(t *testing.T, url, series string) float64 {
 // The compare mode against a real single-member etcd (Debian's
 // etcd-server) started here on loopback: both targets complete cycles and
 // the ratios are printed.
-func TestCompareWithEtcd(t *testing.T) {
+// startEtcd starts a single-member etcd on loopback and returns its
+// client URL (the test skips without the binary).
+func startEtcd(t *testing.T) string {
+	t.Helper()
 	etcd, err := exec.LookPath("etcd")
 	if err != nil {
 		t.Skip("etcd not installed (apt-get install etcd-server)")
@@ -150,6 +153,45 @@ func TestCompareWithEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return client
+}
+
+// Hand-off mode (issue 14 item 7): every client contends for one lock on
+// both targets; both complete hand-offs without errors, ticketd's server
+// granted as many as it released (all through blocking grants), and the
+// ticket is free after the run.
+func TestHandoffWithEtcd(t *testing.T) {
+	client := startEtcd(t)
+	url := startTicketd(t)
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	code := run(ctx, []string{"-ticketd", url, "-etcd", strings.TrimPrefix(client, "http://"), "-clients", "8", "-handoff",
+		"-duration", "700ms", "-warmup", "100ms", "-rounds", "1", "-json"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	var sum map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil {
+		t.Fatal(err)
+	}
+	if sum["etcd_cycles_per_s"].(float64) <= 0 || sum["ticketd_cycles_per_s"].(float64) <= 0 || sum["errors"].(float64) != 0 ||
+		!strings.HasPrefix(sum["mode"].(string), "hand-off") {
+		t.Fatalf("summary %v", sum)
+	}
+	grants := serverCount(t, url, `ticket_ops_total{op="grant",result="ok"}`)
+	releases := serverCount(t, url, `ticket_ops_total{op="release",result="ok"}`)
+	if grants < 1 || releases != grants {
+		t.Fatalf("the server counts %v grants and %v releases", grants, releases)
+	}
+	if l := listTickets(t, url, handoffName); len(l.Tickets) != 0 {
+		t.Fatalf("the contended ticket is still held after the run: %+v", l.Tickets[0])
+	}
+}
+
+func TestCompareWithEtcd(t *testing.T) {
+	client := startEtcd(t)
 	url := startTicketd(t)
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -3,16 +3,23 @@
 //	ticketctl [--addr http://127.0.0.1:7980] grant NAME --holder H --lease 30
 //	          renew NAME --token N --lease 30 | release NAME --token N | get NAME
 //	          | list [--prefix P] | status | cluster      (--json on every command)
+//	          | wait NAME | watch NAME [--wait D]
+//	          | run NAME --holder H --lease 30 [--wait 60s] [--grace 5s] -- CMD ARGS…
 //
 // renew and release need the holder too: --holder H, or TICKETCTL_HOLDER.
 // Flags may come before or after the command. Exit status: 0 ok, 1 the
-// server refused or could not be reached, 2 bad usage. The logic is in
+// server refused or could not be reached, 2 bad usage; run exits with
+// CMD's status, or 75 when the ticket could not be had or was lost.
+// SIGINT and SIGTERM end wait and watch, and make run stop CMD (SIGTERM to
+// its process group, SIGKILL after the grace) and release. The logic is in
 // node/api/ctl; this file wires the process to it.
 package main
 
 import (
 	"context"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/tckclk/tckclk/internal/secret"
@@ -21,14 +28,17 @@ import (
 )
 
 func main() {
-	os.Exit(ctl.Main(context.Background(), os.Args[1:], processEnv()))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := ctl.Main(ctx, os.Args[1:], processEnv())
+	stop()
+	os.Exit(code)
 }
 
 // processEnv is the real process: its streams, environment and clock;
 // token files are read with the secret rules (mode 0600 or stricter).
 func processEnv() ctl.Env {
 	return ctl.Env{
-		Stdout: os.Stdout, Stderr: os.Stderr,
+		Stdout: os.Stdout, Stderr: os.Stderr, Stdin: os.Stdin,
 		Getenv:     os.LookupEnv,
 		Now:        time.Now,
 		ReadSecret: secret.ReadFileRaw,

@@ -32,6 +32,8 @@ var keyHelp = map[string]string{
 	"api.token_file":                      "file holding the client bearer token (unset: no token)",
 	"api.admin_token_file":                "file holding the admin bearer token (unset: admin API off)",
 	"api.max_conns":                       "concurrent API connections at most (more wait in the listen backlog)",
+	"api.max_waiters":                     "blocking grants (wait_ms) waiting on this node at most; one more is a 429",
+	"api.max_watchers":                    "blocking reads (?wait=) on this node at most; one more is a 429",
 	"api.tls.enabled":                     "serve the API over TLS",
 	"api.tls.cert_file":                   "API certificate (PEM)",
 	"api.tls.key_file":                    "API key (PEM)",

@@ -16,6 +16,7 @@ const (
 	KindBadRequest                  // 400
 	KindConflict                    // 409
 	KindNotFound                    // 404
+	KindTooMany                     // 429: a per-node cap on waiters or watchers
 
 	// The handler's own refusals (HTTP by nature; no Backend returns them).
 	kindMethod       // 405
@@ -78,6 +79,8 @@ func (e *Error) status() int {
 		return http.StatusConflict
 	case KindNotFound:
 		return http.StatusNotFound
+	case KindTooMany:
+		return http.StatusTooManyRequests
 	case kindMethod:
 		return http.StatusMethodNotAllowed
 	case kindForbidden:

@@ -28,12 +28,35 @@ type Write struct {
 	Holder string
 	Token  uint64
 	LeaseS uint8
+	// WaitMs (Grant only, 0..=MaxWaitMs): wait this long for the ticket to
+	// be free, first come first served (SPEC §4.2); 0 fails at once.
+	WaitMs uint32
 }
+
+// MaxWaitMs is the largest wait_ms of a blocking grant (SPEC §4.2).
+const MaxWaitMs = 300_000
+
+// MaxWatchWait is the largest ?wait= of a watch (SPEC §4.2).
+const MaxWatchWait = 5 * time.Minute
+
+// Watcher is the optional blocking read of a Backend (SPEC §4.2): Watch
+// answers when the ticket's modify index is above index or wait passes,
+// with the state and its modify index.
+type Watcher interface {
+	Watch(ctx context.Context, name string, index uint64, wait time.Duration) (ticket.Ticket, bool, uint64, error)
+}
+
+// IndexHeader carries a ticket's modify index on GET answers (as Consul's
+// X-Consul-Index): pass it back as ?index= to wait for the next change.
+const IndexHeader = "X-Ticket-Index"
 
 // Written is the committed outcome of a Write.
 type Written struct {
 	Result ticket.Result
 	RecvMs uint64 // the leader's wall ms (rounded down) when it took the request
+	// WaitedMs: a blocking grant's time queued on the leader before the
+	// Grant that succeeded (monotonic, rounded down); 0 otherwise.
+	WaitedMs uint64
 }
 
 // Backend is what the handler needs from the node.
@@ -265,8 +288,8 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, name st
 		writeJSON(w, http.StatusOK, s.b.Status(r.Context()))
 		return "ok"
 	case rGet:
-		if err := noQuery(r); err != nil {
-			return s.fail(w, err)
+		if r.URL.RawQuery != "" {
+			return s.watch(w, r, name)
 		}
 		t, ok, err := s.b.Get(r.Context(), name)
 		if err != nil {
@@ -376,12 +399,18 @@ func (s *server) write(w http.ResponseWriter, r *http.Request, rt route, name st
 	var lease int64
 	holder := fieldSpec{name: "holder", kind: kString, required: true, str: &wr.Holder}
 	leaseF := fieldSpec{name: "lease_s", kind: kInt, required: true, i64: &lease}
+	var waitMs uint64
+	waitF := fieldSpec{name: "wait_ms", kind: kUint, u64: &waitMs}
 	token := fieldSpec{name: "token", kind: kUint, required: true, u64: &wr.Token}
 	var err error
 	switch rt {
 	case rGrant:
 		wr.Op = ticket.OpGrant
-		err = decodeStrict(body, holder, leaseF)
+		err = decodeStrict(body, holder, leaseF, waitF)
+		if err == nil && waitMs > MaxWaitMs {
+			err = fmt.Errorf("field \"wait_ms\": %d is outside 0..=%d", waitMs, MaxWaitMs)
+		}
+		wr.WaitMs = uint32(min(waitMs, MaxWaitMs))
 	case rRenew:
 		wr.Op = ticket.OpRenew
 		err = decodeStrict(body, holder, token, leaseF)
@@ -404,6 +433,11 @@ func (s *server) write(w http.ResponseWriter, r *http.Request, rt route, name st
 		}
 		wr.LeaseS = uint8(lease)
 	}
+	if wr.WaitMs > 0 {
+		// The server's read and write timeouts would cut the wait short
+		// (an expired read deadline cancels the request's context).
+		longer(w, time.Duration(wr.WaitMs)*time.Millisecond)
+	}
 	out, werr := s.b.Write(r.Context(), wr)
 	if werr != nil {
 		return s.fail(w, werr)
@@ -421,7 +455,7 @@ func (s *server) write(w http.ResponseWriter, r *http.Request, rt route, name st
 			remaining = t.ValidBeforeMs - out.RecvMs
 		}
 		writeJSON(w, http.StatusOK, wire.Grant{Name: t.Name, Holder: t.Holder, Token: t.Token, LeaseS: t.LeaseS,
-			ConservativeValidBeforeUnixMs: t.ValidBeforeMs, RemainingMs: remaining})
+			ConservativeValidBeforeUnixMs: t.ValidBeforeMs, RemainingMs: remaining, WaitedMs: out.WaitedMs})
 		return res.Code.String()
 	case ticket.CodeHeld:
 		writeJSON(w, http.StatusConflict, wire.ErrorBody{Error: "held", Holder: t.Holder, Token: t.Token,
@@ -440,6 +474,80 @@ func (s *server) write(w http.ResponseWriter, r *http.Request, rt route, name st
 	}
 	// NoDelta, BadExpiry: the node proposed against a Δ it no longer has.
 	return s.fail(w, Unavailable("", res.Code.String(), "refused by the state machine (%v); retry", res.Code))
+}
+
+// longer lifts the connection's read deadline and moves its write
+// deadline past a wait of d, so the wait, not the server's timeouts, ends
+// the request; the client going away still ends it at once.
+func longer(w http.ResponseWriter, d time.Duration) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Now().Add(d + 30*time.Second)) // socket plumbing
+}
+
+// watch is GET /v1/tickets/{name}?wait=DURATION&index=N (SPEC §4.2).
+func (s *server) watch(w http.ResponseWriter, r *http.Request, name string) string {
+	wb, ok := s.b.(Watcher)
+	if !ok {
+		return s.fail(w, badRequest("this server does not support blocking reads"))
+	}
+	var (
+		index uint64
+		wait  time.Duration
+	)
+	for k, v := range r.URL.Query() {
+		if len(v) != 1 {
+			return s.fail(w, badRequest("query parameter %q is given %d times", k, len(v)))
+		}
+		switch k {
+		case "index":
+			n, err := strconv.ParseUint(v[0], 10, 64)
+			if err != nil {
+				return s.fail(w, badRequest("index %q is not a non-negative integer", v[0]))
+			}
+			index = n
+		case "wait":
+			d, err := parseWait(v[0])
+			if err != nil {
+				return s.fail(w, badRequest("wait %q: %v", v[0], err))
+			}
+			wait = d
+		default:
+			return s.fail(w, badRequest("unknown query parameter %q; a ticket read takes wait and index", k))
+		}
+	}
+	if wait > 0 {
+		longer(w, wait)
+	}
+	t, held, idx, err := wb.Watch(r.Context(), name, index, wait)
+	if err != nil {
+		return s.fail(w, err)
+	}
+	w.Header().Set(IndexHeader, strconv.FormatUint(idx, 10))
+	if !held {
+		return s.fail(w, &Error{Kind: KindNotFound, Code: "not_found", Message: fmt.Sprintf("ticket %q is not held", name)})
+	}
+	wt := TicketFrom(t)
+	wt.ModifyIndex = idx
+	writeJSON(w, http.StatusOK, wt)
+	return "ok"
+}
+
+// parseWait reads a Go duration ("30s", "5m") or plain milliseconds,
+// 0..=MaxWatchWait.
+func parseWait(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		ms, merr := strconv.ParseUint(v, 10, 32)
+		if merr != nil {
+			return 0, fmt.Errorf("not a duration (30s, 5m) nor milliseconds")
+		}
+		d = time.Duration(ms) * time.Millisecond
+	}
+	if d < 0 || d > MaxWatchWait {
+		return 0, fmt.Errorf("outside 0..=%v", MaxWatchWait)
+	}
+	return d, nil
 }
 
 func (s *server) conflict(w http.ResponseWriter, c ticket.Code, format string, args ...any) string {

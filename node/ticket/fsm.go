@@ -83,7 +83,8 @@ func (e *ApplyError) Unwrap() error { return e.Err }
 
 type item struct {
 	Ticket
-	hidx int // position in FSM.heap
+	hidx int    // position in FSM.heap
+	mod  uint64 // modify index: the entry that last changed it (in memory only)
 }
 
 // FSM is the ticket state machine. Build it with New.
@@ -95,6 +96,10 @@ type FSM struct {
 	tickets map[string]*item
 	heap    []*item         // min-heap on ExpiryMs, for the leader's expiry loop
 	retired map[string]bool // NodeIds retired by OpRetire (SPEC §3.4)
+	// freed is the index of the last Release or Expire that applied (any
+	// name): the modify index reported for a ticket nobody holds.
+	freed    uint64
+	onChange func(name string)
 
 	fatal   error
 	fatalCh chan struct{}
@@ -176,13 +181,14 @@ func (f *FSM) apply(index uint64, e *Entry) Result {
 			ValidBeforeMs: e.RecvMs + uint64(e.LeaseS)*1000, ExpiryMs: e.ExpiryMs,
 		}
 		if cur != nil {
-			cur.Ticket = t
+			cur.Ticket, cur.mod = t, index
 			f.fix(cur.hidx)
 		} else {
-			it := &item{Ticket: t}
+			it := &item{Ticket: t, mod: index}
 			f.tickets[e.Name] = it
 			f.push(it)
 		}
+		f.changed(e.Name)
 		return Result{Code: CodeOK, Ticket: t}
 	case OpRenew:
 		if r, ok := f.checkHolder(cur, e); !ok {
@@ -197,13 +203,17 @@ func (f *FSM) apply(index uint64, e *Entry) Result {
 		cur.LeaseS = e.LeaseS
 		cur.ValidBeforeMs = e.RecvMs + uint64(e.LeaseS)*1000
 		cur.ExpiryMs = e.ExpiryMs
+		cur.mod = index
 		f.fix(cur.hidx)
+		f.changed(e.Name)
 		return Result{Code: CodeOK, Ticket: cur.Ticket}
 	case OpRelease:
 		if r, ok := f.checkHolder(cur, e); !ok {
 			return r
 		}
 		f.remove(cur)
+		f.freed = index
+		f.changed(e.Name)
 		return Result{Code: CodeOK, Ticket: cur.Ticket}
 	case OpExpire:
 		if cur == nil || cur.Token != e.Token || e.NowMs < cur.ExpiryMs {
@@ -214,6 +224,8 @@ func (f *FSM) apply(index uint64, e *Entry) Result {
 			return r
 		}
 		f.remove(cur)
+		f.freed = index
+		f.changed(e.Name)
 		return Result{Code: CodeOK, Ticket: cur.Ticket}
 	}
 	// Unreachable: DecodeEntry accepts only the ops above.
@@ -293,6 +305,38 @@ func (f *FSM) Get(name string) (Ticket, bool) {
 		return it.Ticket, true
 	}
 	return Ticket{}, false
+}
+
+// OnChange sets fn to be called, under the FSM's lock, after every entry
+// that changes a ticket (granted, renewed, released, expired) with its
+// name, and with "" after a Restore (every ticket may have changed). fn
+// must not block and must not call back into the FSM. Set it before Raft
+// starts.
+func (f *FSM) OnChange(fn func(name string)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.onChange = fn
+}
+
+func (f *FSM) changed(name string) {
+	if f.onChange != nil {
+		f.onChange(name)
+	}
+}
+
+// GetIndexed returns the ticket called name and its modify index: the
+// index of the entry that last changed it, or for a ticket nobody holds
+// the index of the last Release or Expire of any ticket. After a Restore
+// every index is the snapshot's, so a reported index is never below the
+// true one and never above the applied index: a watcher waiting for an
+// index above N may wake for nothing, never miss a change.
+func (f *FSM) GetIndexed(name string) (Ticket, bool, uint64) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if it := f.tickets[name]; it != nil {
+		return it.Ticket, true, it.mod
+	}
+	return Ticket{}, false, f.freed
 }
 
 // RefusesGrant reports whether a Grant by holder at nowMs would be refused

@@ -323,7 +323,7 @@ func (f *FSM) Restore(r io.Reader) error {
 	tickets := make(map[string]*item, len(s.Tickets))
 	heap := make([]*item, 0, len(s.Tickets))
 	for _, t := range s.Tickets {
-		it := &item{Ticket: t}
+		it := &item{Ticket: t, mod: s.Index}
 		tickets[t.Name] = it
 		heap = append(heap, it)
 	}
@@ -338,6 +338,7 @@ func (f *FSM) Restore(r io.Reader) error {
 	for i := len(f.heap)/2 - 1; i >= 0; i-- {
 		f.down(i)
 	}
-	f.delta, f.index = s.DeltaMs, s.Index
+	f.delta, f.index, f.freed = s.DeltaMs, s.Index, s.Index
+	f.changed("")
 	return nil
 }

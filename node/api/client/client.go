@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/tckclk/tckclk/node/api/wire"
 	"io"
@@ -106,12 +107,20 @@ var (
 	ErrLeaseOver   = &Error{ErrorBody: wire.ErrorBody{Error: "lease_over"}}
 	ErrUnavailable = &Error{ErrorBody: wire.ErrorBody{Error: "unavailable"}}
 	ErrBadRequest  = &Error{ErrorBody: wire.ErrorBody{Error: "bad_request"}}
+	ErrNotLeader   = &Error{ErrorBody: wire.ErrorBody{Error: "not_leader"}}
+	// ErrTooManyWaiters and ErrTooManyWatchers: the node's cap on blocking
+	// grants or reads is reached (429); retry later.
+	ErrTooManyWaiters  = &Error{ErrorBody: wire.ErrorBody{Error: "too_many_waiters"}}
+	ErrTooManyWatchers = &Error{ErrorBody: wire.ErrorBody{Error: "too_many_watchers"}}
 )
 
 // Lease is a granted or renewed ticket as this client holds it.
 type Lease struct {
 	wire.Grant
-	// SentAt is when this client sent the request (monotonic).
+	// SentAt is when this client sent the request (monotonic); for a
+	// blocking grant, that plus the time it waited on the leader
+	// (WaitedMs × (1 − 500 ppm)): the earliest instant the grant can have
+	// been made.
 	SentAt time.Time
 	// Deadline is SentAt + the remaining lease × (1 − 500 ppm): trust the
 	// ticket only before it (time.Now().Before(l.Deadline)).
@@ -131,14 +140,59 @@ func (c *Client) Grant(ctx context.Context, name, holder string, leaseS int) (*L
 	return c.lease(ctx, name, "grant", wire.GrantRequest{Holder: holder, LeaseS: int64(leaseS)})
 }
 
+// TryGrant is Grant: it answers at once, ErrHeld when another holder has
+// the ticket.
+func (c *Client) TryGrant(ctx context.Context, name, holder string, leaseS int) (*Lease, error) {
+	return c.Grant(ctx, name, holder, leaseS)
+}
+
+// MaxWait is the longest wait of GrantWait (the server's wait_ms bound).
+const MaxWait = 300 * time.Second
+
+// GrantWait is a blocking grant (SPEC §4.2): the leader queues it first
+// come, first served until the ticket is free or wait (≤ MaxWait, rounded
+// down to ms) passes, then ErrHeld. A leader change ends the wait with a
+// 503 (ErrNotLeader); ending ctx ends the wait on the server too, and a
+// waiter that went away is never granted the ticket.
+func (c *Client) GrantWait(ctx context.Context, name, holder string, leaseS int, wait time.Duration) (*Lease, error) {
+	if wait < 0 || wait > MaxWait {
+		return nil, fmt.Errorf("client: wait %v is outside 0..=%v", wait, MaxWait)
+	}
+	ms := wait.Milliseconds()
+	if ms == 0 {
+		return c.Grant(ctx, name, holder, leaseS)
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait+30*time.Second) // the server answers by wait
+	defer cancel()
+	return c.leaseLong(ctx, name, "grant", wire.GrantRequest{Holder: holder, LeaseS: int64(leaseS), WaitMs: ms})
+}
+
 // Renew extends the holder's lease; the token stays.
 func (c *Client) Renew(ctx context.Context, name, holder string, token uint64, leaseS int) (*Lease, error) {
 	return c.lease(ctx, name, "renew", wire.RenewRequest{Holder: holder, Token: token, LeaseS: int64(leaseS)})
 }
 
 func (c *Client) lease(ctx context.Context, name, action string, body any) (*Lease, error) {
+	return c.leaseVia(ctx, c.hc, name, action, body)
+}
+
+// leaseLong is lease for a request that may wait past the HTTP client's
+// own timeout: ctx bounds it instead.
+func (c *Client) leaseLong(ctx context.Context, name, action string, body any) (*Lease, error) {
+	return c.leaseVia(ctx, c.long(), name, action, body)
+}
+
+// long is the HTTP client without its overall timeout (ctx bounds the
+// requests that use it).
+func (c *Client) long() *http.Client {
+	hc := *c.hc
+	hc.Timeout = 0
+	return &hc
+}
+
+func (c *Client) leaseVia(ctx context.Context, hc *http.Client, name, action string, body any) (*Lease, error) {
 	sent := c.now()
-	raw, err := c.do(ctx, http.MethodPost, ticketPath(name, action), body, false)
+	raw, err := c.doVia(ctx, hc, http.MethodPost, ticketPath(name, action), body, false)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +209,10 @@ func (c *Client) lease(ctx context.Context, name, action string, body any) (*Lea
 		remaining = min(remaining, *g.RemainingMs)
 		g.Grant.RemainingMs = *g.RemainingMs
 	}
-	return &Lease{Grant: g.Grant, SentAt: sent, Deadline: LocalDeadline(sent, remaining)}, nil
+	// A blocking grant was made at least WaitedMs (by the leader's clock,
+	// which may run fast by the same rate error) after this client sent it.
+	start := LocalDeadline(sent, g.WaitedMs)
+	return &Lease{Grant: g.Grant, SentAt: start, Deadline: LocalDeadline(start, remaining)}, nil
 }
 
 // Release frees the ticket.
@@ -166,6 +223,47 @@ func (c *Client) Release(ctx context.Context, name, holder string, token uint64)
 // Get reads one ticket (linearizable); ErrNotFound when nobody holds it.
 func (c *Client) Get(ctx context.Context, name string) (*wire.Ticket, error) {
 	return call[wire.Ticket](ctx, c, http.MethodGet, ticketPath(name, ""), nil, false)
+}
+
+// MaxWatchWait is the longest wait of Watch (SPEC §4.2).
+const MaxWatchWait = 5 * time.Minute
+
+// Watched is a watch's answer: the ticket (nil when nobody holds it) and
+// its modify index, to pass to the next Watch.
+type Watched struct {
+	Ticket *wire.Ticket
+	Index  uint64
+}
+
+// Watch is a blocking read (SPEC §4.2, Consul's blocking query): it
+// answers when the ticket's modify index is above index or wait (≤ 5 min)
+// passes, with the current state and its index. Index 0 answers at once.
+// A wake-up may come without a change the caller cares about: compare.
+func (c *Client) Watch(ctx context.Context, name string, index uint64, wait time.Duration) (*Watched, error) {
+	if wait < 0 || wait > MaxWatchWait {
+		return nil, fmt.Errorf("client: wait %v is outside 0..=%v", wait, MaxWatchWait)
+	}
+	q := url.Values{}
+	q.Set("index", strconv.FormatUint(index, 10))
+	q.Set("wait", strconv.FormatInt(wait.Milliseconds(), 10))
+	ctx, cancel := context.WithTimeout(ctx, wait+30*time.Second)
+	defer cancel()
+	raw, h, err := c.doHeader(ctx, c.long(), http.MethodGet, ticketPath(name, "")+"?"+q.Encode(), nil, false)
+	var idx uint64
+	if h != nil {
+		idx, _ = strconv.ParseUint(h.Get("X-Ticket-Index"), 10, 64)
+	}
+	if errors.Is(err, ErrNotFound) {
+		return &Watched{Index: idx}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	t := new(wire.Ticket)
+	if err := json.Unmarshal(raw, t); err != nil {
+		return nil, fmt.Errorf("client: decoding a watch answer: %w", err)
+	}
+	return &Watched{Ticket: t, Index: max(idx, t.ModifyIndex)}, nil
 }
 
 // List reads tickets whose names start with prefix (limit 0: the server's
@@ -251,17 +349,27 @@ func call[T any](ctx context.Context, c *Client, method, path string, body any, 
 const maxAnswer = 16 << 20
 
 func (c *Client) do(ctx context.Context, method, path string, body any, admin bool) ([]byte, error) {
+	raw, _, err := c.doHeader(ctx, c.hc, method, path, body, admin)
+	return raw, err
+}
+
+func (c *Client) doVia(ctx context.Context, hc *http.Client, method, path string, body any, admin bool) ([]byte, error) {
+	raw, _, err := c.doHeader(ctx, hc, method, path, body, admin)
+	return raw, err
+}
+
+func (c *Client) doHeader(ctx context.Context, hc *http.Client, method, path string, body any, admin bool) ([]byte, http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
-		return nil, fmt.Errorf("client: %w", err)
+		return nil, nil, fmt.Errorf("client: %w", err)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -274,24 +382,24 @@ func (c *Client) do(ctx context.Context, method, path string, body any, admin bo
 	} else if tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
-	resp, err := c.hc.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("client: %s %s: %w", method, path, err)
+		return nil, nil, fmt.Errorf("client: %s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	if err != nil {
-		return nil, fmt.Errorf("client: %s %s: reading the answer: %w", method, path, err)
+		return nil, nil, fmt.Errorf("client: %s %s: reading the answer: %w", method, path, err)
 	}
 	if resp.StatusCode/100 == 2 {
-		return raw, nil
+		return raw, resp.Header, nil
 	}
 	e := &Error{StatusCode: resp.StatusCode}
 	if json.Unmarshal(raw, &e.ErrorBody) != nil || e.ErrorBody.Error == "" {
 		e.ErrorBody.Error = strings.ReplaceAll(strings.ToLower(http.StatusText(resp.StatusCode)), " ", "_")
 		e.Message = strings.TrimSpace(string(raw))
 	}
-	return raw, e
+	return raw, resp.Header, e
 }
 
 // Snapshot asks the node to take a Raft snapshot now (admin token).

@@ -75,6 +75,21 @@ func TestGrantDeadline(t *testing.T) {
 	}
 }
 
+// SPEC §4.2: a blocking grant's deadline counts from the send time plus
+// the time it waited on the leader, both less the 500 ppm rate error.
+func TestGrantWaitedDeadline(t *testing.T) {
+	sent := time.Unix(5000, 0)
+	body := `{"name":"a","holder":"h","token":3,"lease_s":30,"conservative_valid_before_unix_ms":99,"remaining_ms":30000,"waited_ms":100000}`
+	l, err := server(t, 200, body).Grant(context.Background(), "a", "h", 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStart := 100*time.Second - 50*time.Millisecond
+	if l.SentAt.Sub(sent) != wantStart || l.Deadline.Sub(sent) != wantStart+30*time.Second-15*time.Millisecond || l.WaitedMs != 100000 {
+		t.Fatalf("start %v, deadline %v after send; want %v and %v", l.SentAt.Sub(sent), l.Deadline.Sub(sent), wantStart, wantStart+30*time.Second-15*time.Millisecond)
+	}
+}
+
 func TestErrors(t *testing.T) {
 	_, err := server(t, 409, `{"error":"held","message":"held by x","holder":"x","token":7}`).Grant(context.Background(), "a", "h", 30)
 	var e *Error

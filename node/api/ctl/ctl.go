@@ -14,6 +14,8 @@ import (
 // Env is what one run of ticketctl sees of its process.
 type Env struct {
 	Stdout, Stderr io.Writer
+	// Stdin is what `run` gives its command (nil: nothing).
+	Stdin io.Reader
 	// Getenv is os.LookupEnv (TICKETCTL_ADDR, TICKETCTL_HOLDER).
 	Getenv func(string) (string, bool)
 	// Now is time.Now; its readings must carry a monotonic clock.
@@ -49,6 +51,10 @@ commands:
   cluster                                   cluster members (admin token)
   health                                    exit 0 only when --addr's /readyz answers 2xx
                                             (ticketd or tckclk-agent --http; container probes)
+  wait NAME [--wait D]                      block until nobody holds the ticket
+  watch NAME [--wait D]                     print the ticket at each change (until D, or ^C)
+  run NAME --holder H --lease SECONDS [--wait D] [--grace D] -- CMD ARGS…
+                                            hold the ticket while CMD runs (below)
 
 global flags (anywhere on the line):
   --addr URL             ticketd API (default $TICKETCTL_ADDR or http://127.0.0.1:7980)
@@ -64,11 +70,22 @@ Numbers are plain decimal (no sign, leading zero or base prefix). Trust a
 ticket until its local deadline only: ticketctl's send time + the lease ×
 (1 − 500 ppm), never the server's expiry.
 
+run: waits up to --wait (default: not at all) for the ticket, then runs CMD
+with TICKET_NAME, TICKET_HOLDER, TICKET_TOKEN (the fencing token: send it
+with every write) and TICKET_DEADLINE_UNIX_MS (the first local deadline) in
+its environment, renewing at a third of the lease. When the local deadline
+comes within --grace (default 5s, less than half the lease) without a
+successful renew, CMD's process group gets SIGTERM, and SIGKILL shortly
+before the deadline, so it is gone before anyone else can get the ticket.
+The ticket is released when CMD exits.
+
 exit status:
   0  ok
   1  the server refused (held, wrong token, not found, unavailable) or could
      not be reached
   2  bad usage
+  run: CMD's exit status (128 + N when a signal N ended it), or 75 when the
+     ticket could not be had or was lost while CMD ran
 `
 
 // Main runs ticketctl with args (without the program name) and returns its
@@ -98,6 +115,9 @@ func Main(ctx context.Context, args []string, env Env) int {
 		return ExitUsage
 	}
 	cmd, rest := gfs.Arg(0), gfs.Args()[1:]
+	if cmd == "run" {
+		return runMain(ctx, g, rest, env) // its own exit statuses: CMD's, 75
+	}
 	err := dispatch(ctx, g, cmd, rest, env)
 	var ue *usageError
 	switch {

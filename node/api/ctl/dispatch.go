@@ -6,6 +6,7 @@ import (
 	"flag"
 	"io"
 	"slices"
+	"time"
 
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/api/wire"
@@ -21,6 +22,9 @@ var takes = map[string][]string{
 	"status":  nil,
 	"cluster": nil,
 	"health":  nil,
+	"wait":    {"wait"},
+	"watch":   {"wait"},
+	"run":     nil, // parsed by parseRun (run.go)
 }
 
 // args is a parsed command line of one command.
@@ -28,6 +32,7 @@ type args struct {
 	name, holder, prefix string
 	lease, limit         int
 	token                uint64
+	wait                 time.Duration
 }
 
 // parseCmd parses flags anywhere among the positional arguments.
@@ -71,6 +76,7 @@ func parseArgs(g *globals, cmd string, argv []string, env Env) (args, error) {
 	fs.StringVar(&a.prefix, "prefix", "", "name prefix")
 	limit := &decimal{max: 1<<31 - 1, what: "a count in plain decimal"}
 	fs.Var(limit, "limit", "list at most N")
+	fs.Func("wait", "how long at most", durationInto(&a.wait, true))
 	pos, err := parseCmd(fs, argv)
 	if err != nil {
 		return a, err
@@ -78,7 +84,7 @@ func parseArgs(g *globals, cmd string, argv []string, env Env) (args, error) {
 	var stray error
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "holder", "lease", "token", "prefix", "limit":
+		case "holder", "lease", "token", "prefix", "limit", "wait":
 			if !slices.Contains(want, f.Name) {
 				stray = usagef("%s takes no --%s", cmd, f.Name)
 			}
@@ -87,7 +93,7 @@ func parseArgs(g *globals, cmd string, argv []string, env Env) (args, error) {
 	if stray != nil {
 		return a, stray
 	}
-	needName := cmd == "grant" || cmd == "renew" || cmd == "release" || cmd == "get"
+	needName := cmd == "grant" || cmd == "renew" || cmd == "release" || cmd == "get" || cmd == "wait" || cmd == "watch"
 	switch {
 	case needName && len(pos) != 1:
 		return a, usagef("needs exactly one ticket NAME, got %d arguments", len(pos))
@@ -124,9 +130,15 @@ func dispatch(ctx context.Context, g *globals, cmd string, argv []string, env En
 		return err
 	}
 	defer tr.CloseIdleConnections()
+	p := printer{out: env.Stdout, json: g.json, now: env.Now}
+	switch cmd {
+	case "wait": // bounded by --wait, not --timeout
+		return waitFree(ctx, c, a, p)
+	case "watch":
+		return watchPrint(ctx, c, a, p)
+	}
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	p := printer{out: env.Stdout, json: g.json, now: env.Now}
 	switch cmd {
 	case "grant", "renew":
 		var l *client.Lease

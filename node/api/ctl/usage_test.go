@@ -27,6 +27,19 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"cluster"}, "needs --admin-token-file"},
 		{[]string{"--addr", "ftp://x", "status"}, "--addr"},
 		{[]string{"--nope", "status"}, "flag provided but not defined"},
+		// SPEC §4.2: run needs -- and a command.
+		{[]string{"run", "x", "--holder", "a", "--lease", "30", "true"}, "needs -- before the command"},
+		{[]string{"run", "x", "--holder", "a", "--lease", "30", "--"}, "needs a command after --"},
+		{[]string{"run", "--holder", "a", "--lease", "30", "--", "true"}, "exactly one ticket NAME"},
+		{[]string{"run", "x", "--lease", "30", "--", "true"}, "needs --holder"},
+		{[]string{"run", "x", "--holder", "a", "--", "true"}, "--lease SECONDS"},
+		{[]string{"run", "x", "--holder", "a", "--lease", "10", "--grace", "5s", "--", "true"}, "less than half the lease"},
+		{[]string{"run", "x", "--holder", "a", "--lease", "10", "--wait", "-1s", "--", "true"}, "--wait"},
+		{[]string{"run", "x", "--holder", "a", "--lease", "10", "--wait", "6m", "--", "true"}, "--wait 6m0s: at most"},
+		{[]string{"wait"}, "exactly one ticket NAME"},
+		{[]string{"watch", "x", "--wait", "soon"}, "--wait"},
+		{[]string{"watch", "x", "--holder", "a"}, "watch takes no --holder"},
+		{[]string{"grant", "x", "--holder", "a", "--lease", "5", "--wait", "1s"}, "grant takes no --wait"},
 	} {
 		r := runCtl(t, env, c.args...)
 		if r.code != 2 || !strings.Contains(r.stderr, c.msg) {

@@ -4,6 +4,9 @@ package wire
 type GrantRequest struct {
 	Holder string `json:"holder"`
 	LeaseS int64  `json:"lease_s"`
+	// WaitMs (0..=300000): wait this long for the ticket to be free, first
+	// come first served (SPEC §4.2); 0 or absent fails at once with 409.
+	WaitMs int64 `json:"wait_ms,omitempty"`
 }
 
 // RenewRequest is the body of POST /v1/tickets/{name}/renew.
@@ -33,6 +36,12 @@ type Grant struct {
 	// an idempotent repeat of an older grant. The Go client's local
 	// deadline is its send time + RemainingMs × (1 − 500 ppm).
 	RemainingMs uint64 `json:"remaining_ms"`
+	// WaitedMs (a blocking grant, SPEC §4.2): how long the request waited
+	// on the leader before the Grant that succeeded, by the leader's
+	// monotonic clock, rounded down. The grant happened at least this long
+	// after the client sent the request, so the local deadline may start
+	// from send time + WaitedMs × (1 − 500 ppm).
+	WaitedMs uint64 `json:"waited_ms,omitempty"`
 }
 
 // Released is the 200 answer to release.
@@ -53,6 +62,10 @@ type Ticket struct {
 	// ServerExpiryUnixMs is when the cluster may expire the ticket (it
 	// includes Δ). It is not a client deadline.
 	ServerExpiryUnixMs uint64 `json:"server_expiry_unix_ms"`
+	// ModifyIndex is the index of the entry that last changed the ticket
+	// (a watch's answer, SPEC §4.2; also in the X-Ticket-Index header).
+	// Pass it back as ?index= to wait for the next change.
+	ModifyIndex uint64 `json:"modify_index,omitempty"`
 }
 
 // TicketList is the answer to GET /v1/tickets.

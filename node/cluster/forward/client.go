@@ -22,7 +22,8 @@ type Client struct {
 	cur     *clientConn
 	nextID  uint64
 	closed  bool
-	wg      sync.WaitGroup // readers
+	alone   map[net.Conn]struct{} // DoAlone's connections, closed by Close
+	wg      sync.WaitGroup        // readers
 }
 
 type result struct {
@@ -215,6 +216,67 @@ func (cc *clientConn) kill(cause error) {
 	}
 }
 
+// DoAlone is Do on a connection of its own, for a request that may wait
+// long (a blocking grant, a watch): when ctx ends first the connection is
+// closed, and with it the request's context on the leader (a Server's
+// handler context ends with its connection), so a caller that went away
+// stops waiting on the leader too. Errors are as Do's.
+func (c *Client) DoAlone(ctx context.Context, req Request) (Response, error) {
+	if err := ctx.Err(); err != nil {
+		return Response{}, err
+	}
+	body, err := AppendRequest(1, req)
+	if err != nil {
+		return Response{}, err
+	}
+	nc, err := c.dial(ctx)
+	if err != nil {
+		return Response{}, fmt.Errorf("forward: dialling the leader: %w", err)
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		nc.Close()
+		return Response{}, ErrClosed
+	}
+	if c.alone == nil {
+		c.alone = map[net.Conn]struct{}{}
+	}
+	c.alone[nc] = struct{}{}
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.alone, nc)
+		c.mu.Unlock()
+		nc.Close()
+	}()
+	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	defer stop()
+	_ = nc.SetWriteDeadline(time.Now().Add(defaultWriteTimeout)) // socket plumbing
+	if err := WriteFrame(nc, body); err != nil {
+		// The server acts on whole frames only: not applied.
+		if ctx.Err() != nil {
+			return Response{}, fmt.Errorf("forward: sending %v: %w", req.Op, ctx.Err())
+		}
+		return Response{}, fmt.Errorf("forward: sending %v: %w", req.Op, err)
+	}
+	rb, err := ReadFrame(nc)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return Response{}, fmt.Errorf("%w (%v): %w", ErrOutcomeUnknown, req.Op, err)
+	}
+	id, resp, err := ParseResponse(rb)
+	if err == nil && id != 1 {
+		err = malformed("answer to request %d on a connection that sent only request 1", id)
+	}
+	if err != nil {
+		return Response{}, fmt.Errorf("%w (%v): %w", ErrOutcomeUnknown, req.Op, err)
+	}
+	return resp, resp.Err()
+}
+
 // Close closes the connection (requests in flight get ErrOutcomeUnknown)
 // and waits for the reader; later calls to Do return ErrClosed.
 func (c *Client) Close() error {
@@ -222,6 +284,9 @@ func (c *Client) Close() error {
 	c.closed = true
 	cc := c.cur
 	c.cur = nil
+	for nc := range c.alone {
+		nc.Close() // DoAlone's callers see ErrOutcomeUnknown
+	}
 	c.mu.Unlock()
 	if cc != nil {
 		cc.kill(ErrClosed)

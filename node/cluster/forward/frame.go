@@ -32,9 +32,10 @@ const (
 	OpRelease
 	OpGet
 	OpList
+	OpWatch // a blocking read (SPEC §4.2)
 )
 
-var opNames = map[Op]string{OpGrant: "grant", OpRenew: "renew", OpRelease: "release", OpGet: "get", OpList: "list"}
+var opNames = map[Op]string{OpGrant: "grant", OpRenew: "renew", OpRelease: "release", OpGet: "get", OpList: "list", OpWatch: "watch"}
 
 func (o Op) String() string {
 	if s, ok := opNames[o]; ok {
@@ -81,6 +82,7 @@ func (c Code) String() string {
 //	release: Name, Holder, Token
 //	get:     Name
 //	list:    Prefix, Limit
+//	watch:   Name, Index, WaitMs
 //
 // Encoding a request with a field its op does not use is an error. Values
 // are not checked here (a lease_s of 0 travels): the leader validates them
@@ -94,6 +96,7 @@ type Request struct {
 	Prefix string
 	Limit  uint32
 	WaitMs uint32
+	Index  uint64 // watch: answer once the ticket's modify index is above it
 	// ReceivedUnixMs is never sent: the leader's Server sets it, from its
 	// own clock, when the frame arrives (a follower never pre-stamps).
 	ReceivedUnixMs uint64
@@ -110,6 +113,13 @@ type Ticket struct {
 	RemainingMs                   uint64
 }
 
+// Watched is the answer to a watch: the ticket's modify index and the
+// ticket when it is held.
+type Watched struct {
+	Index  uint64
+	Ticket *Ticket
+}
+
 // List is the answer to a list request.
 type List struct {
 	Tickets   []Ticket
@@ -118,8 +128,8 @@ type List struct {
 
 // Response is the leader's answer. Code other than CodeOK carries Message
 // and, as the code needs, Stage and Reason (unavailable, clock_failed,
-// hold_off) or Holder and Token (held). At most one of Ticket and List is
-// set.
+// hold_off) or Holder and Token (held). At most one of Ticket, List and
+// Watched is set.
 type Response struct {
 	Code    Code
 	Message string
@@ -129,6 +139,11 @@ type Response struct {
 	Token   uint64
 	Ticket  *Ticket
 	List    *List
+	Watched *Watched
+	// WaitedMs (with Ticket, a blocking grant's answer): how long the
+	// request waited on the leader before the Grant that succeeded,
+	// rounded down (the client's local deadline may count it).
+	WaitedMs uint64
 }
 
 // Err returns nil for CodeOK and the response as an *Error otherwise.
@@ -144,6 +159,8 @@ const (
 	bodyNone   = 0
 	bodyTicket = 1
 	bodyList   = 2
+	bodyWatch  = 3 // u64 index, bool held, then the ticket when held
+	bodyWaited = 4 // a ticket, then u64 waited_ms (> 0)
 )
 
 // Decoding errors. Every decode failure wraps ErrMalformed.
@@ -242,14 +259,15 @@ func unused(r Request) []string {
 			out = append(out, name)
 		}
 	}
-	g, rn, rl, gt, ls := r.Op == OpGrant, r.Op == OpRenew, r.Op == OpRelease, r.Op == OpGet, r.Op == OpList
-	check(g || rn || rl || gt, r.Name != "", "name")
+	g, rn, rl, gt, ls, wt := r.Op == OpGrant, r.Op == OpRenew, r.Op == OpRelease, r.Op == OpGet, r.Op == OpList, r.Op == OpWatch
+	check(g || rn || rl || gt || wt, r.Name != "", "name")
 	check(g || rn || rl, r.Holder != "", "holder")
 	check(rn || rl, r.Token != 0, "token")
 	check(g || rn, r.LeaseS != 0, "lease_s")
 	check(ls, r.Prefix != "", "prefix")
 	check(ls, r.Limit != 0, "limit")
-	check(g, r.WaitMs != 0, "wait_ms")
+	check(g || wt, r.WaitMs != 0, "wait_ms")
+	check(wt, r.Index != 0, "index")
 	return out
 }
 
@@ -284,6 +302,10 @@ func AppendRequest(id uint64, r Request) ([]byte, error) {
 	case OpList:
 		e.str(r.Prefix)
 		e.u32(r.Limit)
+	case OpWatch:
+		e.str(r.Name)
+		e.u64(r.Index)
+		e.u32(r.WaitMs)
 	}
 	return e.done()
 }
@@ -303,8 +325,11 @@ func AppendResponse(id uint64, r Response) ([]byte, error) {
 	if r.Code >= codeCount {
 		return nil, fmt.Errorf("forward: cannot encode unknown %v", r.Code)
 	}
-	if r.Ticket != nil && r.List != nil {
-		return nil, errors.New("forward: cannot encode a response with both a ticket and a list")
+	if (r.Ticket != nil && r.List != nil) || (r.Watched != nil && (r.Ticket != nil || r.List != nil)) {
+		return nil, errors.New("forward: cannot encode a response with more than one of a ticket, a list and a watch")
+	}
+	if r.WaitedMs > 0 && r.Ticket == nil {
+		return nil, errors.New("forward: cannot encode waited_ms without a ticket")
 	}
 	e := header(kindResponse, id)
 	e.u8(uint8(r.Code))
@@ -314,6 +339,10 @@ func AppendResponse(id uint64, r Response) ([]byte, error) {
 	e.str(r.Holder)
 	e.u64(r.Token)
 	switch {
+	case r.Ticket != nil && r.WaitedMs > 0:
+		e.u8(bodyWaited)
+		e.ticket(*r.Ticket)
+		e.u64(r.WaitedMs)
 	case r.Ticket != nil:
 		e.u8(bodyTicket)
 		e.ticket(*r.Ticket)
@@ -324,6 +353,13 @@ func AppendResponse(id uint64, r Response) ([]byte, error) {
 			e.ticket(t)
 		}
 		e.bool(r.List.Truncated)
+	case r.Watched != nil:
+		e.u8(bodyWatch)
+		e.u64(r.Watched.Index)
+		e.bool(r.Watched.Ticket != nil)
+		if r.Watched.Ticket != nil {
+			e.ticket(*r.Watched.Ticket)
+		}
 	default:
 		e.u8(bodyNone)
 	}
@@ -430,6 +466,8 @@ func ParseRequest(body []byte) (id uint64, r Request, err error) {
 		r.Name = d.str("name")
 	case OpList:
 		r.Prefix, r.Limit = d.str("prefix"), d.u32("limit")
+	case OpWatch:
+		r.Name, r.Index, r.WaitMs = d.str("name"), d.u64("index"), d.u32("wait_ms")
 	default:
 		if d.err == nil {
 			return 0, Request{}, malformed("unknown op %d", uint8(r.Op))
@@ -471,6 +509,12 @@ func ParseResponse(body []byte) (id uint64, r Response, err error) {
 	case tag == bodyTicket:
 		t := d.ticket()
 		r.Ticket = &t
+	case tag == bodyWaited:
+		t := d.ticket()
+		r.Ticket, r.WaitedMs = &t, d.u64("waited_ms")
+		if d.err == nil && r.WaitedMs == 0 {
+			return 0, Response{}, malformed("waited_ms 0 under the waited body tag")
+		}
 	case tag == bodyList:
 		n := d.u32("ticket count")
 		if d.err == nil && uint64(n)*minTicket > uint64(len(d.b)) {
@@ -482,6 +526,13 @@ func ParseResponse(body []byte) (id uint64, r Response, err error) {
 		}
 		l.Truncated = d.bool("truncated")
 		r.List = l
+	case tag == bodyWatch:
+		w := &Watched{Index: d.u64("watch index")}
+		if d.bool("watch held") {
+			t := d.ticket()
+			w.Ticket = &t
+		}
+		r.Watched = w
 	default:
 		return 0, Response{}, malformed("unknown body tag %d", tag)
 	}

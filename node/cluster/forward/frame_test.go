@@ -18,6 +18,8 @@ func sampleRequests() []Request {
 		{Op: OpGet, Name: "x:y-z"},
 		{Op: OpList, Prefix: "orders.", Limit: 100},
 		{Op: OpList},
+		{Op: OpWatch, Name: "lock", Index: 1 << 50, WaitMs: 300_000},
+		{Op: OpWatch, Name: "lock"},
 	}
 }
 
@@ -28,6 +30,9 @@ func sampleResponses() []Response {
 		{Code: CodeOK, List: &List{Tickets: []Ticket{tk, {Name: "m"}}, Truncated: true}},
 		{Code: CodeOK, List: &List{}},
 		{Code: CodeOK},
+		{Code: CodeOK, Watched: &Watched{Index: 77, Ticket: &tk}},
+		{Code: CodeOK, Watched: &Watched{Index: 78}},
+		{Code: CodeOK, Ticket: &tk, WaitedMs: 12_345},
 	}
 	for c := CodeHeld; c < codeCount; c++ {
 		r := Response{Code: c, Message: "because " + c.String()}
