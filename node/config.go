@@ -45,6 +45,7 @@ type ClusterConfig struct {
 	Membership    MembershipConfig `yaml:"membership"`
 	Internode     InternodeConfig  `yaml:"internode"`
 	Raft          RaftConfig       `yaml:"raft"`
+	Liveness      LivenessConfig   `yaml:"liveness"`
 }
 
 // MembershipConfig is cluster.membership (gossip; cluster mode only).
@@ -160,6 +161,7 @@ func DefaultConfig() Config {
 				SnapshotInterval:  30 * time.Second,
 				TrailingLogs:      10240,
 			},
+			Liveness: DefaultLivenessConfig(),
 		},
 		Clock: clockhealth.DefaultConfig(),
 		API:   APIConfig{Addr: DefaultAPIAddr, MaxConns: DefaultAPIMaxConns, MaxWaiters: DefaultMaxWaiters, MaxWatchers: DefaultMaxWatchers},
@@ -215,6 +217,9 @@ func (c *Config) Validate() error {
 	}
 	if r.ReconcileDebounce < 0 {
 		return config.Errorf("cluster.raft.reconcile_debounce", "%v is negative", r.ReconcileDebounce)
+	}
+	if err := c.Cluster.Liveness.validate("cluster.liveness"); err != nil {
+		return err
 	}
 	if err := c.Clock.Validate("clock"); err != nil {
 		return err

@@ -8,20 +8,6 @@ import (
 	"github.com/tckclk/tckclk/node/api/wire"
 )
 
-// Liveness thresholds (SPEC §5 "Liveness checks").
-const (
-	// livenessBootGrace: gossip's health score is not judged this long
-	// after start (memberlist's awareness starts high while it settles).
-	livenessBootGrace = 30 * time.Second
-	// maxHealthScore: memberlist's awareness at or above it means this
-	// node misses its own probe deadlines (0 healthy, 8 worst).
-	maxHealthScore = 6
-	// voterContact, standbyContact: Raft last contact a follower voter
-	// (strict) or a standby (lenient) may go without; the leader passes.
-	voterContact   = 15 * time.Second
-	standbyContact = 2 * time.Minute
-)
-
 // Liveness is /livez (api.Backend): the clock (a FAILED clock is not live:
 // the process must not linger as if it could recover), and in cluster mode
 // the gossip health score (after a boot grace) and Raft last contact
@@ -38,21 +24,22 @@ func (n *Node) Liveness() wire.Health {
 	if n.cl == nil {
 		return h
 	}
-	if mem := n.cl.mem; mem != nil && time.Since(n.started) > livenessBootGrace {
-		if s := mem.HealthScore(); s >= maxHealthScore {
-			return fail("gossip", fmt.Sprintf("gossip health score %d (≥ %d: this node misses its own probe deadlines)", s, maxHealthScore))
+	lc := &n.cfg.Cluster.Liveness // cluster.liveness.* (config_liveness.go)
+	if mem := n.cl.mem; mem != nil && time.Since(n.started) > lc.BootGrace {
+		if s := mem.HealthScore(); s >= lc.MaxHealthScore {
+			return fail("gossip", fmt.Sprintf("gossip health score %d (≥ cluster.liveness.max_health_score %d: this node misses its own probe deadlines)", s, lc.MaxHealthScore))
 		}
 	}
 	r := n.raft()
 	if r == nil || r.State() == raft.Leader || r.State() == raft.Shutdown {
 		return h
 	}
-	limit := voterContact
-	if n.countMembers(raft.Nonvoter) > 0 && !n.isVoter(r) {
-		limit = standbyContact
+	limit, key := lc.VoterLastContact, "voter_last_contact"
+	if !n.isVoter(r) {
+		limit, key = lc.StandbyLastContact, "standby_last_contact"
 	}
 	if last := r.LastContact(); !last.IsZero() && time.Since(last) > limit {
-		return fail("raft", fmt.Sprintf("no contact from the leader for %v (limit %v)", time.Since(last).Round(time.Second), limit))
+		return fail("raft", fmt.Sprintf("raft last contact with the leader %v ago (cluster.liveness.%s %v)", time.Since(last).Round(100*time.Millisecond), key, limit))
 	}
 	return h
 }

@@ -54,7 +54,7 @@ func TestPrintConfig(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	for _, want := range []string{"delta_ms: 1000", "data_dir: /var/lib/x", "addr: 127.0.0.1:9999", "snapshot_threshold: 77", "secret_key: '[redacted]'", "identity_key: '[redacted]'", "max_rtt_ms: 250"} {
+	for _, want := range []string{"delta_ms: 1000", "data_dir: /var/lib/x", "addr: 127.0.0.1:9999", "snapshot_threshold: 77", "voter_last_contact: 15s", "standby_last_contact: 2m0s", "boot_grace: 30s", "max_health_score: 6", "secret_key: '[redacted]'", "identity_key: '[redacted]'", "max_rtt_ms: 250"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("print-config lacks %q:\n%s", want, out)
 		}
@@ -88,6 +88,9 @@ func TestConfigErrorsExit2(t *testing.T) {
 		{"unknown flag", []string{"--nope"}, "flag provided but not defined"},
 		{"log level", []string{"--log.level", "loud"}, "log.level"},
 		{"empty name", []string{"--cluster.name", ""}, "cluster.name"},
+		{"liveness voter contact", []string{"--cluster.liveness.voter_last_contact", "500ms"}, "cluster.liveness.voter_last_contact: 500ms is outside 1s..=1h0m0s"},
+		{"liveness standby below voter", []string{"--cluster.liveness.standby_last_contact", "10s"}, "cluster.liveness.standby_last_contact"},
+		{"liveness health score", []string{"--config", writeConfig(t, "cluster:\n  liveness:\n    max_health_score: 9\n")}, "cluster.liveness.max_health_score: 9 is outside 1..=7"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
