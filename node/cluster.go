@@ -37,6 +37,7 @@ type clusterHooks struct {
 	ticker     clockhealth.TickerFunc  // the metadata refresh ticker ("meta"); default the system's
 	window     time.Duration           // bootstrap stability window
 	stableFor  time.Duration           // how long a non-voter stays caught up before promotion
+	timing     *consensus.Timing       // Raft's timeouts (nil: consensus.ClusterTiming)
 }
 
 // validateCluster checks the cluster.* keys of a cluster node (files and
@@ -173,11 +174,15 @@ func (cl *clusterNode) listenMesh(h *clusterHooks) error {
 // openConsensus opens Raft over the mesh without a bootstrap configuration
 // (bootstrap_expect decides later) and notes whether the data dir already
 // holds a cluster.
-func (cl *clusterNode) openConsensus() (*consensus.Raft, error) {
+func (cl *clusterNode) openConsensus(h *clusterHooks) (*consensus.Raft, error) {
 	n := cl.n
+	timing := consensus.ClusterTiming()
+	if h != nil && h.timing != nil {
+		timing = *h.timing
+	}
 	cons, err := consensus.Open(consensus.Options{
 		Dir: n.dir, FSM: n.fsm, LocalID: n.cfg.Cluster.Name, Transport: cl.tr,
-		Timing:            consensus.ClusterTiming(),
+		Timing:            timing,
 		SnapshotThreshold: n.cfg.Cluster.Raft.SnapshotThreshold, SnapshotInterval: n.cfg.Cluster.Raft.SnapshotInterval,
 		TrailingLogs: n.cfg.Cluster.Raft.TrailingLogs, Notify: n.notify, Logger: n.log,
 		// A Raft goroutine stuck in an RPC to a peer would hang the stop:
@@ -558,7 +563,7 @@ func (cl *clusterNode) open(h *clusterHooks) (*consensus.Raft, error) {
 	var cons *consensus.Raft
 	if cl.eligible() {
 		var err error
-		if cons, err = cl.openConsensus(); err != nil {
+		if cons, err = cl.openConsensus(h); err != nil {
 			return nil, err
 		}
 	} else {

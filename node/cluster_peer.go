@@ -118,11 +118,16 @@ func (cl *clusterNode) progress(ctx context.Context) func(id string) (uint64, bo
 }
 
 // leader is the leader this node knows: Raft's, or for a gossip-only
-// client the one its voters named (discoverLeader); "" for none.
+// client the one its voters named (discoverLeader); "" for none. A
+// non-voter whose Raft knows no leader asks as a client does: one the
+// reconciler left out (beyond max_voters + max_standbys) hears from no
+// leader, and one it removed is never told (Raft stops replicating to it).
 func (cl *clusterNode) leader() (id, meshAddr string) {
 	if r := cl.n.raft(); r != nil {
 		addr, lid := r.LeaderWithID()
-		return string(lid), string(addr)
+		if lid != "" || cl.role() == membership.RoleVoter {
+			return string(lid), string(addr)
+		}
 	}
 	cl.mu.Lock()
 	defer cl.mu.Unlock()

@@ -241,7 +241,7 @@ func (cl *clusterNode) refreshLoop(ctx context.Context, newTicker clockhealth.Ti
 			failed = nil
 		case <-t.C():
 		}
-		if !cl.eligible() {
+		if cl.role() != membership.RoleVoter { // a client or a non-voter (cluster_peer.go leader)
 			cl.discoverLeader(ctx)
 		}
 		uctx, cancel := context.WithTimeout(ctx, every)

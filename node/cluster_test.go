@@ -22,6 +22,7 @@ import (
 	"github.com/tckclk/tckclk/node/cluster/faultnet"
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/cluster/mesh"
+	"github.com/tckclk/tckclk/node/consensus"
 )
 
 // gossipSecret is the test clusters' gossip key (16 bytes, base64).
@@ -44,6 +45,9 @@ type testCluster struct {
 	meshNet, gossipNet *faultnet.Net
 	// window is the bootstrap stability window (0: 300 ms).
 	window time.Duration
+	// slow: Raft and gossip timeouts four times longer, so that 7 or 10
+	// nodes under -race on two shared cores keep a leader.
+	slow bool
 }
 
 type clusterMember struct {
@@ -113,8 +117,13 @@ func (tc *testCluster) startWith(name, join string, expect int, edit func(*Confi
 			c.Timing = membership.Timing{ProbeInterval: 100 * time.Millisecond, ProbeTimeout: 80 * time.Millisecond, SuspicionMult: 2,
 				GossipInterval: 50 * time.Millisecond, PushPullInterval: 300 * time.Millisecond, TCPTimeout: 500 * time.Millisecond,
 				DeadNodeReclaimTime: 200 * time.Millisecond}
+			if tc.slow {
+				c.Timing.ProbeInterval, c.Timing.ProbeTimeout, c.Timing.SuspicionMult = 400*time.Millisecond, 320*time.Millisecond, 3
+				c.Timing.GossipInterval, c.Timing.PushPullInterval, c.Timing.TCPTimeout = 100*time.Millisecond, time.Second, 2*time.Second
+			}
 		},
 		started:   func(addr string) { cm.gossip <- addr },
+		timing:    tc.raftTiming(),
 		window:    cmp.Or(tc.window, 300*time.Millisecond),
 		stableFor: 300 * time.Millisecond,
 	}
@@ -164,6 +173,16 @@ func (tc *testCluster) gossipTransport(name string, c *membership.Config, gl *gu
 	tc.gossipNet.Register(name, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	c.Transport = tc.gossipNet.Transport(name, nt)
 	c.AdvertiseAddr, c.AdvertisePort = "127.0.0.1", port
+}
+
+// raftTiming is the nodes' Raft timeouts (nil: the production ones).
+func (tc *testCluster) raftTiming() *consensus.Timing {
+	if !tc.slow {
+		return nil
+	}
+	t := consensus.ClusterTiming()
+	t.Heartbeat, t.Election, t.LeaderLease = 4*t.Heartbeat, 4*t.Election, 4*t.LeaderLease
+	return &t
 }
 
 // gossipAddr is name's gossip address (known once start returned).

@@ -225,6 +225,9 @@ func (n *Node) Status(ctx context.Context) wire.Status {
 		st.Role = roleName(r.State())
 		_, leader := r.LeaderWithID()
 		st.Leader = string(leader)
+		if n.cl != nil {
+			st.Leader, _ = n.cl.leader() // a non-voter outside the configuration: the one its voters name
+		}
 		st.Raft = wire.RaftStatus{Term: r.CurrentTerm(), LastIndex: r.LastIndex(), CommitIndex: r.CommitIndex(), AppliedIndex: r.AppliedIndex()}
 		st.Raft.LastSnapshotIndex, _ = strconv.ParseUint(r.Stats()["last_snapshot_index"], 10, 64)
 	} else if n.cl != nil && !n.cl.eligible() {

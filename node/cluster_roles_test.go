@@ -1,0 +1,171 @@
+package node
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/tckclk/tckclk/node/api/wire"
+)
+
+// domainOf spreads the test nodes over three failure domains by position.
+func domainOf(i int) string { return []string{"zone-a", "zone-b", "zone-c"}[i%3] }
+
+// startSpread starts names[0..2] bootstrapping with bootstrap_expect 3 and
+// every further name joining (bootstrap_expect 0), each in domainOf(i),
+// and returns the leader.
+func (tc *testCluster) startSpread(edit func(*Config)) string {
+	tc.t.Helper()
+	var first *clusterMember
+	for i, name := range tc.names {
+		expect, join := 3, ""
+		if first != nil {
+			join = first.gossipAddr()
+		}
+		if i >= 3 {
+			expect = 0
+		}
+		cm := tc.startWith(name, join, expect, func(c *Config) {
+			c.Cluster.FailureDomain = domainOf(i)
+			if edit != nil {
+				edit(c)
+			}
+		})
+		if first == nil {
+			first = cm
+		}
+		if i == 2 {
+			tc.leader() // the core exists before the rest join
+		}
+	}
+	return tc.leader()
+}
+
+// raftLeader is the node whose Raft leads now, or nil.
+func (tc *testCluster) raftLeader() *clusterMember {
+	for _, name := range tc.names {
+		if cm := tc.nodes[name]; cm != nil {
+			if r := cm.n.raft(); r != nil && r.State() == raft.Leader {
+				return cm
+			}
+		}
+	}
+	return nil
+}
+
+// roleCounts is the leader's configuration as voters, standbys and the
+// domains of the voters.
+func roleCounts(cm *clusterMember) (voters, standbys []string, domains map[string]bool) {
+	domains = map[string]bool{}
+	for id, s := range suffrages(cm) {
+		if s == raft.Voter {
+			voters = append(voters, id)
+		} else {
+			standbys = append(standbys, id)
+		}
+	}
+	slices.Sort(voters)
+	slices.Sort(standbys)
+	return voters, standbys, domains
+}
+
+// SPEC §5 "Bounded core", issue 12 item 8: 3, 7 and 10 eligible nodes
+// across three failure domains come out 3/0/0, 5/2/0 and 5/4/1 (voters,
+// standbys, gossip-only clients) with the defaults max_voters 5 and
+// max_standbys 4, and the voters span all three domains. The node left
+// over is a client: in no Raft configuration, ready, its status names the
+// leader, and a grant through it is forwarded to the leader.
+func TestClusterRoles(t *testing.T) {
+	for _, c := range []struct{ nodes, voters, standbys int }{{3, 3, 0}, {7, 5, 2}, {10, 5, 4}} {
+		t.Run(fmt.Sprintf("%d-nodes", c.nodes), func(t *testing.T) {
+			start := time.Now()
+			var names []string
+			for i := range c.nodes {
+				names = append(names, fmt.Sprintf("n%02d", i+1))
+			}
+			tc := newTestCluster(t, names...)
+			tc.slow = c.nodes > 3
+			tc.startSpread(nil)
+			domain := map[string]string{}
+			for i, name := range names {
+				domain[name] = domainOf(i)
+			}
+			var voters, standbys []string
+			waitFor(t, fmt.Sprintf("%d voters and %d standbys", c.voters, c.standbys), 60*time.Second, func() bool {
+				lc := tc.raftLeader()
+				if lc == nil {
+					return false
+				}
+				voters, standbys, _ = roleCounts(lc)
+				return len(voters) == c.voters && len(standbys) == c.standbys
+			})
+			// Stable: another reconcile round changes nothing.
+			var leader string
+			waitFor(t, "a leader reconciles once more", 20*time.Second, func() bool {
+				lc := tc.raftLeader()
+				if lc == nil || lc.n.cl.runner() == nil {
+					return false
+				}
+				leader = lc.n.cfg.Cluster.Name
+				lc.n.cl.runner().Trigger()
+				return true
+			})
+			waitFor(t, "the configuration stays", 5*time.Second, func() bool {
+				v, s, _ := roleCounts(tc.nodes[leader])
+				return slices.Equal(v, voters) && slices.Equal(s, standbys)
+			})
+			spread := map[string]bool{}
+			for _, v := range voters {
+				spread[domain[v]] = true
+			}
+			if len(spread) != 3 {
+				t.Fatalf("voters %v span domains %v, want all three", voters, slices.Sorted(maps.Keys(spread)))
+			}
+			inConfig := map[string]bool{}
+			for _, id := range append(slices.Clone(voters), standbys...) {
+				inConfig[id] = true
+			}
+			var clients []string
+			for _, name := range names {
+				if !inConfig[name] {
+					clients = append(clients, name)
+				}
+			}
+			if want := c.nodes - c.voters - c.standbys; len(clients) != want {
+				t.Fatalf("clients %v, want %d", clients, want)
+			}
+			for _, name := range clients {
+				cm := tc.nodes[name]
+				var st *wire.Status
+				deadline := time.Now().Add(20 * time.Second)
+				for {
+					var err error
+					if lc := tc.raftLeader(); lc != nil {
+						leader = lc.n.cfg.Cluster.Name // leadership may move under load
+					}
+					if st, err = cm.tn.c.Status(bg); err == nil && st.Leader == leader && st.Ready {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("%s (a client) does not know the leader %s and is ready: %+v, %v; its configuration %v", name, leader, st, err, suffrages(cm))
+					}
+					time.Sleep(5 * time.Millisecond) // poll interval of a condition with a deadline
+				}
+				g, err := cm.tn.c.Grant(bg, "via-"+name, "w", 30)
+				if err != nil || g.Token == 0 {
+					t.Fatalf("grant through the client %s: %+v, %v", name, g, err)
+				}
+			}
+			for _, name := range standbys {
+				st, err := tc.nodes[name].tn.c.Status(bg)
+				if err != nil || st.Role != "follower" {
+					t.Fatalf("standby %s status %+v, %v", name, st, err)
+				}
+			}
+			t.Logf("%d nodes: voters %v, standbys %v, clients %v, in %v", c.nodes, voters, standbys, clients, time.Since(start).Round(time.Millisecond))
+		})
+	}
+}
