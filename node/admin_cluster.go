@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/api/wire"
+	"github.com/tckclk/tckclk/node/cluster/membership"
 )
 
 // clusterMembers is /v1/cluster/members in cluster mode: every server of
@@ -23,11 +24,7 @@ func (n *Node) clusterMembers() ([]wire.Member, error) {
 		}
 		_, leader := r.LeaderWithID()
 		for _, s := range f.Configuration().Servers {
-			suff := "voter"
-			if s.Suffrage != raft.Voter {
-				suff = "nonvoter"
-			}
-			byID[string(s.ID)] = &wire.Member{ID: string(s.ID), Address: string(s.Address), Suffrage: suff, Leader: s.ID == leader}
+			byID[string(s.ID)] = &wire.Member{ID: string(s.ID), Address: string(s.Address), Suffrage: suffrageName(s.Suffrage), Leader: s.ID == leader}
 		}
 	}
 	if mem := n.cl.mem; mem != nil {
@@ -124,4 +121,111 @@ func (n *Node) awaitAdmin(ctx context.Context, f raft.Future, what string) error
 	case <-ctx.Done():
 		return api.Unavailable("", "timeout", "%s: no answer within the deadline (it may still happen)", what)
 	}
+}
+
+// ReplaceMember is ticketctl cluster replace OLD --with NEW (admin; the
+// leader only; api.Replacer). NEW must be an alive gossip member (gossip
+// admits only trusted keys), not retired, Raft-eligible and not already a
+// voter; OLD a server of the Raft configuration other than this leader,
+// whose removal leaves a quorum of the remaining voters alive in gossip.
+// OLD's NodeId is then recorded retired (the reconciler removes it, in
+// its quorum-safe order, and never adds it back), NEW is added as a
+// non-voter when it is not in the configuration yet, and the reconciler,
+// triggered, promotes it once it has caught up. The caller waits for that
+// (ticketctl --wait).
+func (n *Node) ReplaceMember(ctx context.Context, old, repl string) (wire.Replaced, error) {
+	var res wire.Replaced
+	if n.cl == nil {
+		return res, errSingleNode
+	}
+	switch {
+	case validName(old) != nil:
+		return res, api.Refuse(api.KindBadRequest, "bad_request", "old: %v", validName(old))
+	case validName(repl) != nil:
+		return res, api.Refuse(api.KindBadRequest, "bad_request", "new: %v", validName(repl))
+	case old == repl:
+		return res, api.Refuse(api.KindBadRequest, "bad_request", "old and new are both %q: replace a NodeId with another", old)
+	}
+	r := n.raft()
+	if r == nil || r.State() != raft.Leader {
+		return res, api.NotLeader(string(StageRaft), "members can only be replaced by the leader")
+	}
+	f := r.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return res, api.Unavailable("", "raft", "raft: %v", err)
+	}
+	servers := f.Configuration().Servers
+	var oldIn bool
+	newSuffrage := ""
+	for _, s := range servers {
+		switch string(s.ID) {
+		case old:
+			oldIn = true
+		case repl:
+			newSuffrage = suffrageName(s.Suffrage)
+		}
+	}
+	if !oldIn {
+		return res, api.Refuse(api.KindNotFound, "not_found", "old %q is not in the Raft configuration", old)
+	}
+	if old == n.cfg.Cluster.Name {
+		return res, api.Refuse(api.KindConflict, "is_leader", "old %q is the leader: transfer leadership first", old)
+	}
+	alive := map[string]bool{}
+	var nm *membership.Member
+	for _, m := range n.cl.mem.Members() {
+		alive[m.ID] = m.State == membership.StateAlive
+		if m.ID == repl {
+			nm = &m
+		}
+	}
+	switch {
+	case nm == nil || nm.State != membership.StateAlive:
+		return res, api.Refuse(api.KindNotFound, "not_found", "new %q is not an alive gossip member: start it with this cluster's gossip secret, its key in every node's trusted_peer_keys, and join_addrs", repl)
+	case nm.Meta.Retired || n.fsm.IsRetired(repl):
+		return res, api.Refuse(api.KindConflict, "retired", "new %q is a retired NodeId: bring a NodeId never used before", repl)
+	case !nm.Meta.RaftEligible || nm.Meta.Role == membership.RoleClient || !nm.Meta.DataDirOK:
+		return res, api.Refuse(api.KindConflict, "not_eligible", "new %q is not Raft-eligible (raft.eligible false, raft.role client, or its data dir unresolved)", repl)
+	case nm.Meta.ClockState != membership.ClockHealthy:
+		return res, api.Refuse(api.KindConflict, "clock", "new %q does not advertise a healthy clock (%s)", repl, nm.Meta.ClockState)
+	case uint64(nm.Meta.DeltaMs) != n.fsm.Delta() && n.fsm.Delta() != 0:
+		return res, api.Refuse(api.KindConflict, "delta_mismatch", "new %q advertises Δ %d ms, the cluster's is %d ms", repl, nm.Meta.DeltaMs, n.fsm.Delta())
+	case newSuffrage == "voter":
+		return res, api.Refuse(api.KindConflict, "already_voter", "new %q is already a voter", repl)
+	}
+	// Quorum-safe: the voters left after OLD goes must keep a majority
+	// alive in gossip (NEW does not vote until promoted).
+	left, up := 0, 0
+	for _, s := range servers {
+		if s.Suffrage == raft.Voter && string(s.ID) != old {
+			left++
+			if alive[string(s.ID)] {
+				up++
+			}
+		}
+	}
+	if up <= left/2 {
+		return res, api.Refuse(api.KindConflict, "quorum", "removing old %q would leave %d of %d voters alive, no quorum: bring the others back first", old, up, left)
+	}
+	if err := n.cl.proposeRetire(ctx, old); err != nil {
+		return res, api.Unavailable("", "raft", "recording old %q retired: %v", old, err)
+	}
+	if newSuffrage == "" {
+		if err := n.awaitAdmin(ctx, r.AddNonvoter(raft.ServerID(repl), raft.ServerAddress(nm.Meta.MeshAddr), 0, 0), "add new "+repl+" as a non-voter"); err != nil {
+			return res, err
+		}
+		newSuffrage = "nonvoter"
+	}
+	if rec := n.cl.runner(); rec != nil {
+		rec.Trigger()
+	}
+	n.log.Warn("replacing a member: old retired, new joins as a non-voter for the reconciler to promote", "old", old, "new", repl)
+	return wire.Replaced{Old: old, New: repl, NewSuffrage: newSuffrage}, nil
+}
+
+func suffrageName(s raft.ServerSuffrage) string {
+	if s == raft.Voter {
+		return "voter"
+	}
+	return "nonvoter"
 }

@@ -79,6 +79,13 @@ type Backend interface {
 	Snapshot(ctx context.Context) (wire.SnapshotInfo, error)
 }
 
+// Replacer is an optional Backend behaviour: POST /v1/cluster/replace
+// (ticketctl cluster replace OLD --with NEW). A Backend without it
+// answers 404.
+type Replacer interface {
+	ReplaceMember(ctx context.Context, old, new string) (wire.Replaced, error)
+}
+
 // Options configure the handler.
 type Options struct {
 	Backend  Backend
@@ -145,6 +152,7 @@ const (
 	rRemove
 	rSnapshot
 	rUI
+	rReplace
 )
 
 type endpoint struct {
@@ -166,6 +174,7 @@ var fixed = map[string]endpoint{
 	"/v1/cluster/snapshot":            {rSnapshot, http.MethodPost},
 	"/ui":                             {rUI, http.MethodGet},
 	"/ui/":                            {rUI, http.MethodGet},
+	"/v1/cluster/replace":             {rReplace, http.MethodPost},
 }
 
 // match returns the route, its method and the ticket name in the path. It
@@ -259,7 +268,7 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, name st
 		serveUI(w, r)
 		return ""
 	}
-	admin := rt == rMembers || rt == rTransfer || rt == rRemove || rt == rSnapshot
+	admin := rt == rMembers || rt == rTransfer || rt == rRemove || rt == rSnapshot || rt == rReplace
 	if err := s.authorize(r, admin); err != nil {
 		if err.Kind == kindUnauthorized {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ticketd"`)
@@ -342,6 +351,22 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, name st
 			return s.fail(w, err)
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		return "ok"
+	case rReplace:
+		rp, ok := s.b.(Replacer)
+		if !ok {
+			break
+		}
+		var old, repl string
+		if err := decodeStrict(body, fieldSpec{name: "old", kind: kString, required: true, str: &old},
+			fieldSpec{name: "new", kind: kString, required: true, str: &repl}); err != nil {
+			return s.fail(w, badRequest("%v", err))
+		}
+		res, err := rp.ReplaceMember(r.Context(), old, repl)
+		if err != nil {
+			return s.fail(w, err)
+		}
+		writeJSON(w, http.StatusOK, res)
 		return "ok"
 	}
 	return s.fail(w, &Error{Kind: KindNotFound, Code: "not_found", Message: "no such endpoint"})

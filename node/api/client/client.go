@@ -324,6 +324,12 @@ func (c *Client) Members(ctx context.Context) (*wire.Members, error) {
 	return call[wire.Members](ctx, c, http.MethodGet, "/v1/cluster/members", nil, true)
 }
 
+// Replace asks the leader to replace the Raft server OLD with the gossip
+// member NEW (admin token); see wire.Replaced.
+func (c *Client) Replace(ctx context.Context, old, repl string) (*wire.Replaced, error) {
+	return call[wire.Replaced](ctx, c, http.MethodPost, "/v1/cluster/replace", wire.ReplaceRequest{Old: old, New: repl}, true)
+}
+
 func ticketPath(name, action string) string {
 	p := "/v1/tickets/" + url.PathEscape(name)
 	if action != "" {

@@ -49,6 +49,8 @@ commands:
   list [--prefix P] [--limit N]             list tickets
   status                                    node status
   cluster                                   cluster members (admin token)
+  cluster replace OLD --with NEW [--wait D] retire OLD, NEW takes its place; waits
+                                            (default 60s, 0: not) until NEW is a voter
   health                                    exit 0 only when --addr's /readyz answers 2xx
                                             (ticketd or tckclk-agent --http; container probes)
   wait NAME [--wait D]                      block until nobody holds the ticket

@@ -20,7 +20,7 @@ var takes = map[string][]string{
 	"list":    {"prefix", "limit"},
 	"get":     nil,
 	"status":  nil,
-	"cluster": nil,
+	"cluster": {"with", "wait"}, // cluster replace OLD --with NEW [--wait D]
 	"health":  nil,
 	"wait":    {"wait"},
 	"watch":   {"wait"},
@@ -33,6 +33,7 @@ type args struct {
 	lease, limit         int
 	token                uint64
 	wait                 time.Duration
+	replace              *replaceArgs // cluster replace (replace.go)
 }
 
 // parseCmd parses flags anywhere among the positional arguments.
@@ -77,6 +78,7 @@ func parseArgs(g *globals, cmd string, argv []string, env Env) (args, error) {
 	limit := &decimal{max: 1<<31 - 1, what: "a count in plain decimal"}
 	fs.Var(limit, "limit", "list at most N")
 	fs.Func("wait", "how long at most", durationInto(&a.wait, true))
+	ra := bindReplace(fs) // --with; --wait is the one above
 	pos, err := parseCmd(fs, argv)
 	if err != nil {
 		return a, err
@@ -84,7 +86,7 @@ func parseArgs(g *globals, cmd string, argv []string, env Env) (args, error) {
 	var stray error
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "holder", "lease", "token", "prefix", "limit", "wait":
+		case "holder", "lease", "token", "prefix", "limit", "with", "wait":
 			if !slices.Contains(want, f.Name) {
 				stray = usagef("%s takes no --%s", cmd, f.Name)
 			}
@@ -95,6 +97,10 @@ func parseArgs(g *globals, cmd string, argv []string, env Env) (args, error) {
 	}
 	needName := cmd == "grant" || cmd == "renew" || cmd == "release" || cmd == "get" || cmd == "wait" || cmd == "watch"
 	switch {
+	case cmd == "cluster" && (ra.set(fs) || len(pos) > 0):
+		if a.replace, err = ra.check(pos, a.wait); err != nil {
+			return a, err
+		}
 	case needName && len(pos) != 1:
 		return a, usagef("needs exactly one ticket NAME, got %d arguments", len(pos))
 	case !needName && len(pos) != 0:
@@ -171,6 +177,10 @@ func dispatch(ctx context.Context, g *globals, cmd string, argv []string, env En
 			p.status(s)
 		}
 	case "cluster":
+		if a.replace != nil {
+			cancel() // replace bounds each call by --timeout and the wait by --wait
+			return replace(context.WithoutCancel(ctx), c, g.timeout, a.replace, p)
+		}
 		var m *wire.Members
 		if m, err = c.Members(ctx); err == nil {
 			p.members(m)

@@ -174,6 +174,21 @@ type Members struct {
 	Members []Member `json:"members"`
 }
 
+// ReplaceRequest is the body of POST /v1/cluster/replace.
+type ReplaceRequest struct {
+	Old string `json:"old"`
+	New string `json:"new"`
+}
+
+// Replaced is the answer of POST /v1/cluster/replace: OLD is retired and
+// leaves the Raft configuration through the reconciler, NEW is in it
+// (Suffrage nonvoter until the reconciler promotes it).
+type Replaced struct {
+	Old         string `json:"old"`
+	New         string `json:"new"`
+	NewSuffrage string `json:"new_suffrage"`
+}
+
 // SnapshotInfo is the answer of POST /v1/cluster/snapshot.
 type SnapshotInfo struct {
 	ID         string `json:"id"`
