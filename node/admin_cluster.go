@@ -195,16 +195,7 @@ func (n *Node) ReplaceMember(ctx context.Context, old, repl string) (wire.Replac
 	}
 	// Quorum-safe: the voters left after OLD goes must keep a majority
 	// alive in gossip (NEW does not vote until promoted).
-	left, up := 0, 0
-	for _, s := range servers {
-		if s.Suffrage == raft.Voter && string(s.ID) != old {
-			left++
-			if alive[string(s.ID)] {
-				up++
-			}
-		}
-	}
-	if up <= left/2 {
+	if up, left := votersLeft(servers, alive, old); up <= left/2 {
 		return res, api.Refuse(api.KindConflict, "quorum", "removing old %q would leave %d of %d voters alive, no quorum: bring the others back first", old, up, left)
 	}
 	if err := n.cl.proposeRetire(ctx, old); err != nil {
@@ -221,6 +212,19 @@ func (n *Node) ReplaceMember(ctx context.Context, old, repl string) (wire.Replac
 	}
 	n.log.Warn("replacing a member: old retired, new joins as a non-voter for the reconciler to promote", "old", old, "new", repl)
 	return wire.Replaced{Old: old, New: repl, NewSuffrage: newSuffrage}, nil
+}
+
+// votersLeft counts the voters other than old, and those of them alive.
+func votersLeft(servers []raft.Server, alive map[string]bool, old string) (up, left int) {
+	for _, s := range servers {
+		if s.Suffrage == raft.Voter && string(s.ID) != old {
+			left++
+			if alive[string(s.ID)] {
+				up++
+			}
+		}
+	}
+	return up, left
 }
 
 func suffrageName(s raft.ServerSuffrage) string {
