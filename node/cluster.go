@@ -526,6 +526,7 @@ func (cl *clusterNode) lead(ctx context.Context) {
 	if rr == nil {
 		return
 	}
+	cl.fixSelfAddress(rr)
 	maxVoters, changed := reconcile.NormalizeMaxVoters(cl.n.cfg.Cluster.Raft.MaxVoters)
 	if changed {
 		cl.log.Warn("cluster.raft.max_voters is even; using the odd value below it", "max_voters", maxVoters)
@@ -551,6 +552,29 @@ func (cl *clusterNode) lead(ctx context.Context) {
 	}()
 	r.Trigger()
 	_ = r.Run(ctx)
+}
+
+// fixSelfAddress corrects this leader's own Raft address in the
+// configuration when it is not its mesh address: a data dir written by
+// `ticketd recover` names the voter by its NodeId (the mesh port is
+// picked at start), and a follower that later leads must reach it there.
+// AddVoter of an existing voter changes only its address.
+func (cl *clusterNode) fixSelfAddress(rr *raft.Raft) {
+	f := rr.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	self, addr := raft.ServerID(cl.n.cfg.Cluster.Name), raft.ServerAddress(cl.mesh.Addr())
+	for _, s := range f.Configuration().Servers {
+		if s.ID != self || s.Address == addr || s.Suffrage != raft.Voter {
+			continue
+		}
+		if err := rr.AddVoter(self, addr, 0, 5*time.Second).Error(); err != nil {
+			cl.log.Warn("correcting this node's Raft address", "from", s.Address, "to", addr, "err", err)
+			return
+		}
+		cl.log.Info("corrected this node's Raft address in the configuration", "from", s.Address, "to", addr)
+	}
 }
 
 // open is cluster start-up after clock_check (SPEC §3.5): the mesh listens,
