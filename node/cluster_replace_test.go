@@ -187,9 +187,9 @@ func TestReplaceQuorumRule(t *testing.T) {
 	}{
 		{[]string{"a", "b", "c"}, map[string]bool{"a": true, "b": true, "c": true, "s": true}, "c", true},
 		{[]string{"a", "b", "c"}, map[string]bool{"a": true, "b": false, "c": true, "s": true}, "c", false}, // b dead: 1 of 2
-		{[]string{"a", "b", "c"}, map[string]bool{"a": true, "b": true}, "c", true},                       // c dead itself
-		{[]string{"a", "b", "c", "d", "e"}, map[string]bool{"a": true, "b": true, "c": true}, "e", true},  // 3 of 4
-		{[]string{"a", "b", "c", "d", "e"}, map[string]bool{"a": true, "b": true, "e": true}, "e", false}, // 2 of 4
+		{[]string{"a", "b", "c"}, map[string]bool{"a": true, "b": true}, "c", true},                         // c dead itself
+		{[]string{"a", "b", "c", "d", "e"}, map[string]bool{"a": true, "b": true, "c": true}, "e", true},    // 3 of 4
+		{[]string{"a", "b", "c", "d", "e"}, map[string]bool{"a": true, "b": true, "e": true}, "e", false},   // 2 of 4
 	}
 	for _, c := range cases {
 		up, left := votersLeft(servers(c.voters...), c.alive, c.old)
