@@ -97,7 +97,7 @@ func TestClusterRoles(t *testing.T) {
 				domain[name] = domainOf(i)
 			}
 			var voters, standbys []string
-			waitFor(t, fmt.Sprintf("%d voters and %d standbys", c.voters, c.standbys), 60*time.Second, func() bool {
+			waitFor(t, fmt.Sprintf("%d voters and %d standbys", c.voters, c.standbys), 120*time.Second, func() bool {
 				lc := tc.raftLeader()
 				if lc == nil {
 					return false
@@ -225,7 +225,7 @@ func killVoterTrial(t *testing.T) time.Duration {
 	tc.startSpread(func(c *Config) { c.Cluster.Raft.MaxVoters = 3 })
 	want := map[string]raft.ServerSuffrage{"n1": raft.Voter, "n2": raft.Voter, "n3": raft.Voter, "n4": raft.Nonvoter, "n5": raft.Nonvoter}
 	var leader *clusterMember
-	waitFor(t, "n1-n3 voters, n4 and n5 standbys", 30*time.Second, func() bool {
+	waitFor(t, "n1-n3 voters, n4 and n5 standbys", 60*time.Second, func() bool {
 		leader = tc.raftLeader()
 		return leader != nil && maps.Equal(suffrages(leader), want)
 	})

@@ -72,6 +72,23 @@ func livez(t *testing.T, cm *clusterMember) (int, string) {
 	return a.status, a.raw
 }
 
+// leaderPasses checks that whichever node leads passes /livez (the leader
+// always does). Leadership may move under load: a node that was not the
+// leader both before and after its check is not judged.
+func leaderPasses(t *testing.T, tc *testCluster) {
+	t.Helper()
+	for _, name := range tc.names {
+		cm := tc.nodes[name]
+		r := cm.n.raft()
+		if r == nil || r.State() != raft.Leader {
+			continue
+		}
+		if h := cm.n.Liveness(); h.Status != "ok" && r.State() == raft.Leader {
+			t.Fatalf("leader %s fails /livez: %+v", name, h)
+		}
+	}
+}
+
 // SPEC §5 "Liveness checks": with cluster.liveness.voter_last_contact 1 s
 // and standby_last_contact 1 h, a follower voter cut off from the leader
 // (mesh isolated, gossip still up) fails /livez naming Raft last contact
@@ -110,11 +127,14 @@ func TestClusterLivenessLastContact(t *testing.T) {
 	waitFor(t, "the standby replicates", 10*time.Second, func() bool {
 		return !tc.nodes[standby].n.raft().LastContact().IsZero()
 	})
-	for _, name := range tc.names {
-		if code, body := livez(t, tc.nodes[name]); code != 200 {
-			t.Fatalf("%s /livez before the cut: %d %s", name, code, body)
+	waitFor(t, "every node live before the cut", 20*time.Second, func() bool {
+		for _, name := range tc.names {
+			if code, _ := livez(t, tc.nodes[name]); code != 200 {
+				return false
+			}
 		}
-	}
+		return true
+	})
 
 	faults.isolate(voter)
 	faults.isolate(standby)
@@ -123,9 +143,7 @@ func TestClusterLivenessLastContact(t *testing.T) {
 	waitFor(t, voter+" /livez fails", 20*time.Second, func() bool {
 		var code int
 		code, body = livez(t, vc)
-		if c, b := livez(t, lc); c != 200 {
-			t.Fatalf("leader %s /livez failed: %d %s", leader, c, b)
-		}
+		leaderPasses(t, tc)
 		return code == 503
 	})
 	if !strings.Contains(body, `"reason":"raft"`) || !strings.Contains(body, "raft last contact") || !strings.Contains(body, "cluster.liveness.voter_last_contact") {
@@ -138,9 +156,7 @@ func TestClusterLivenessLastContact(t *testing.T) {
 	if code, b := livez(t, sc); code != 200 {
 		t.Fatalf("standby /livez: %d %s, want the lenient threshold", code, b)
 	}
-	if code, b := livez(t, lc); code != 200 {
-		t.Fatalf("leader /livez: %d %s", code, b)
-	}
+	leaderPasses(t, tc)
 
 	faults.heal()
 	waitFor(t, voter+" live again after healing", 20*time.Second, func() bool {
