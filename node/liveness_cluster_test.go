@@ -97,7 +97,7 @@ func leaderPasses(t *testing.T, tc *testCluster) {
 // throughout. Healed, the voter is live again.
 func TestClusterLivenessLastContact(t *testing.T) {
 	tc := newTestCluster(t, "n1", "n2", "n3", "n4")
-	faults := newNetFaults(tc)
+	meshNet, _ := withFaults(tc) // the mesh only: gossip keeps seeing everyone alive
 	edit := func(c *Config) {
 		c.Cluster.Liveness.VoterLastContact = time.Second
 		c.Cluster.Liveness.StandbyLastContact = time.Hour
@@ -136,8 +136,8 @@ func TestClusterLivenessLastContact(t *testing.T) {
 		return true
 	})
 
-	faults.isolate(voter)
-	faults.isolate(standby)
+	meshNet.Isolate(voter)
+	meshNet.Isolate(standby)
 	vc, sc := tc.nodes[voter], tc.nodes[standby]
 	var body string
 	waitFor(t, voter+" /livez fails", 20*time.Second, func() bool {
@@ -158,7 +158,7 @@ func TestClusterLivenessLastContact(t *testing.T) {
 	}
 	leaderPasses(t, tc)
 
-	faults.heal()
+	meshNet.HealAll()
 	waitFor(t, voter+" live again after healing", 20*time.Second, func() bool {
 		code, _ := livez(t, vc)
 		return code == 200
