@@ -70,10 +70,20 @@ func TestClusterWholeClusterRecovery(t *testing.T) {
 	var dirs []string
 	for _, name := range tc.names {
 		cm := tc.nodes[name]
-		waitFor(t, name+" FAILED, Raft shut down", 20*time.Second, func() bool {
-			r := cm.n.raft()
-			return cm.n.clockErr() != nil && r != nil && r.State() == raft.Shutdown
-		})
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			r, ce := cm.n.raft(), cm.n.clockErr()
+			if ce != nil && r != nil && r.State() == raft.Shutdown {
+				break
+			}
+			if time.Now().After(deadline) {
+				state := "no raft"
+				if r != nil {
+					state = r.State().String()
+				}
+				t.Fatalf("%s not FAILED with Raft shut down after 20 s: clock %v, raft %s", name, ce, state)
+			}
+			time.Sleep(2 * time.Millisecond) // poll interval of a condition with a deadline
+		}
 		dir := cm.an.cfg.Cluster.Raft.DataDir
 		waitFor(t, name+" retired", 10*time.Second, func() bool {
 			_, err := os.Stat(filepath.Join(dir, datadir.RetiredFile))
