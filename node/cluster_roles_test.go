@@ -224,10 +224,29 @@ func killVoterTrial(t *testing.T) time.Duration {
 	tc := newTestCluster(t, "n1", "n2", "n3", "n4", "n5")
 	tc.startSpread(func(c *Config) { c.Cluster.Raft.MaxVoters = 3 })
 	want := map[string]raft.ServerSuffrage{"n1": raft.Voter, "n2": raft.Voter, "n3": raft.Voter, "n4": raft.Nonvoter, "n5": raft.Nonvoter}
+	// Settled before the kill: the same leader for a second, with the
+	// standbys caught up to it (the reconciler promotes only a standby it
+	// has seen caught up for StableFor; a fresh leader has seen none).
 	var leader *clusterMember
-	waitFor(t, "n1-n3 voters, n4 and n5 standbys", 60*time.Second, func() bool {
+	var last string
+	since := time.Now()
+	waitFor(t, "n1-n3 voters, n4 and n5 caught-up standbys, one leader for 1 s", 60*time.Second, func() bool {
 		leader = tc.raftLeader()
-		return leader != nil && maps.Equal(suffrages(leader), want)
+		settled := leader != nil && maps.Equal(suffrages(leader), want)
+		if settled {
+			commit := leader.n.raft().CommitIndex()
+			for _, sb := range []string{"n4", "n5"} {
+				settled = settled && tc.nodes[sb].n.raft().AppliedIndex() >= commit
+			}
+		}
+		if !settled || leader.n.cfg.Cluster.Name != last {
+			since = time.Now()
+			if leader != nil {
+				last = leader.n.cfg.Cluster.Name
+			}
+			return false
+		}
+		return time.Since(since) > time.Second
 	})
 	// The victim: a follower voter in a domain that has a standby (n1 or
 	// n2; at most one of them leads). Its domain's standby is the best.
