@@ -185,9 +185,10 @@ func (cl *clusterNode) openConsensus(h *clusterHooks) (*consensus.Raft, error) {
 		Timing:            timing,
 		SnapshotThreshold: n.cfg.Cluster.Raft.SnapshotThreshold, SnapshotInterval: n.cfg.Cluster.Raft.SnapshotInterval,
 		TrailingLogs: n.cfg.Cluster.Raft.TrailingLogs, Notify: n.notify, Logger: n.log,
-		// A Raft goroutine stuck in an RPC to a peer would hang the stop:
-		// closing the mesh's sessions ends every stream it may wait on.
-		Unblock: func() { _ = cl.mesh.Close() },
+		// A Raft goroutine stuck on a pipeline or in an RPC to a peer would
+		// hang the stop: close the pipelines (cluster_contact.go) and the
+		// mesh's sessions, which end every stream it may wait on.
+		Unblock: func() { cl.tr.closePipelines(); _ = cl.mesh.Close() },
 	})
 	if err != nil {
 		return nil, err
@@ -520,6 +521,22 @@ func (cl *clusterNode) reconcileMembers(rr *raft.Raft) []reconcile.Member {
 	return out
 }
 
+// failClosedRaft is the reconciler's Raft: once this node's clock FAILED
+// (retired) it reports no leader, so the runner changes no configuration
+// between the failure and the leadership transfer (SPEC §3.4: a FAILED
+// node stops acting at once).
+type failClosedRaft struct {
+	*reconcile.RaftAdapter
+	failed func() bool
+}
+
+func (f failClosedRaft) LeaderID() string {
+	if f.failed() {
+		return ""
+	}
+	return f.RaftAdapter.LeaderID()
+}
+
 // lead runs the reconciler while this node leads (ctx ends with the term).
 func (cl *clusterNode) lead(ctx context.Context) {
 	rr := cl.n.raft()
@@ -532,7 +549,7 @@ func (cl *clusterNode) lead(ctx context.Context) {
 		cl.log.Warn("cluster.raft.max_voters is even; using the odd value below it", "max_voters", maxVoters)
 	}
 	r, err := reconcile.NewRunner(reconcile.RunnerConfig{
-		Raft: reconcile.NewRaftAdapter(rr, 5*time.Second), LocalID: cl.n.cfg.Cluster.Name, Members: func() []reconcile.Member { return cl.withRetired(cl.reconcileMembers(rr)) },
+		Raft: failClosedRaft{reconcile.NewRaftAdapter(rr, 5*time.Second), cl.life.retired.Load}, LocalID: cl.n.cfg.Cluster.Name, Members: func() []reconcile.Member { return cl.withRetired(cl.reconcileMembers(rr)) },
 		Limits:   reconcile.Limits{MaxVoters: maxVoters, MaxStandbys: cl.n.cfg.Cluster.Raft.MaxStandbys},
 		Debounce: cl.n.cfg.Cluster.Raft.ReconcileDebounce, Logger: cl.log.With("component", "reconcile"),
 		Progress: cl.progress(ctx), StableFor: cl.stableFor,

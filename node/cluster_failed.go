@@ -88,7 +88,8 @@ func (cl *clusterNode) clockFailed(reason string) {
 			cl.retireSelf()
 			cl.transferLeadership(rr)
 		}
-		if err := rr.Shutdown().Error(); err != nil {
+		// consensus' Shutdown: bounded against an RPC stuck on a peer.
+		if err := n.cons.Load().Shutdown(); err != nil {
 			cl.log.Warn("raft shutdown after FAILED", "err", err)
 		} else {
 			cl.log.Info("raft shut down after FAILED")

@@ -235,6 +235,30 @@ func (p *Raft) BootstrapCluster(conf raft.Configuration) error {
 	return mapErr(p.r.BootstrapCluster(conf).Error())
 }
 
+// Shutdown stops Raft (every goroutine of it ended when it returns) and
+// leaves the stores open for Close. When the shutdown is still waiting
+// after slowShutdown — a goroutine stuck in an RPC to a silent peer — it
+// calls Options.Unblock once. A second call returns at once.
+func (p *Raft) Shutdown() error {
+	sf := p.r.Shutdown()
+	shut := make(chan error, 1)
+	go func() { shut <- sf.Error() }() // returns once every Raft goroutine ended
+	var err error
+	select {
+	case err = <-shut:
+	case <-time.After(slowShutdown):
+		p.log.Warn("raft shutdown still waiting on its goroutines; closing what they may be blocked on", "after", slowShutdown)
+		if p.unblock != nil {
+			p.unblock()
+		}
+		err = <-shut
+	}
+	if err != nil && !errors.Is(err, raft.ErrRaftShutdown) {
+		return err
+	}
+	return nil
+}
+
 // Close shuts Raft down, records the log's high-water mark and closes the
 // stores.
 func (p *Raft) Close() error {
@@ -243,20 +267,7 @@ func (p *Raft) Close() error {
 		p.wmu.Lock()
 		p.closing = true
 		p.wmu.Unlock()
-		sf := p.r.Shutdown()
-		shut := make(chan error, 1)
-		go func() { shut <- sf.Error() }() // returns once every Raft goroutine ended
-		var err error
-		select {
-		case err = <-shut:
-		case <-time.After(slowShutdown):
-			p.log.Warn("raft shutdown still waiting on its goroutines; closing what they may be blocked on", "after", slowShutdown)
-			if p.unblock != nil {
-				p.unblock()
-			}
-			err = <-shut
-		}
-		if err != nil && !errors.Is(err, raft.ErrRaftShutdown) {
+		if err := p.Shutdown(); err != nil {
 			errs = append(errs, err)
 		}
 		// Shutdown answers every pending future; their readers end now.

@@ -17,6 +17,9 @@ const (
 	DefaultInterval  = 10 * time.Second // a pass even without a trigger
 	DefaultMaxLag    = 256              // log entries a non-voter may trail by and count as caught up
 	DefaultStableFor = 10 * time.Second // how long it must stay within MaxLag
+	// minRecheck is the soonest a pass re-checks a non-voter that was not
+	// caught up.
+	minRecheck = 50 * time.Millisecond
 )
 
 // maxStepsPerPass bounds one pass; a healthy plan converges in a few steps
@@ -347,7 +350,12 @@ func (r *Runner) judgeCatchUp(servers []Server, members []Member) time.Duration 
 		}
 		idx, ok := r.cfg.Progress(m.ID)
 		if !ok || idx+r.cfg.MaxLag < leaderIdx {
+			// Not caught up (or its progress unknown this time): look
+			// again after a debounce, not a whole Interval — a standby
+			// waiting to take a dead voter's slot would otherwise wait
+			// 10 s for the next pass.
 			delete(r.within, m.ID)
+			next = min(next, max(r.cfg.Debounce, minRecheck))
 			continue
 		}
 		since, seen := r.within[m.ID]

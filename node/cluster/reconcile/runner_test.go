@@ -339,3 +339,28 @@ func TestNewRunnerChecks(t *testing.T) {
 		t.Fatal("the second runner does not share the registered counter")
 	}
 }
+
+// A non-voter that is not caught up is looked at again after a debounce,
+// not after a whole Interval (10 s): a standby taking a dead voter's slot
+// is promoted StableFor after it caught up, without waiting for a trigger.
+func TestRunnerRechecksLaggingStandbySoon(t *testing.T) {
+	w := newWorld("n01", DefaultLimits(), healthy(3, "a", "b", "c")...)
+	w.config["n01"], w.config["n02"] = Voter, Voter
+	fake := newFakeRaft(w)
+	fake.lastIndex = 1000
+	h := startRunner(t, fake, func(c *RunnerConfig) {
+		c.Progress = fake.Progress
+		c.StableFor = time.Second
+	})
+	h.passAfter(DefaultDebounce) // n03 added as a non-voter; its progress unknown yet
+	fake.mu.Lock()
+	fake.progress["n03"] = 1000
+	fake.mu.Unlock()
+	h.passAfter(DefaultDebounce) // no Trigger: the re-check itself is due
+	h.passAfter(time.Second)     // StableFor within MaxLag: promoted
+	want := []Change{{Kind: AddNonvoter, ID: "n03", Address: "addr-n03"}, {Kind: Promote, ID: "n03", Address: "addr-n03"}}
+	if changes, _, _ := fake.snapshot(); !sameChanges(changes, want) {
+		t.Fatalf("changes %v, want %v", changes, want)
+	}
+	h.noViolations()
+}
