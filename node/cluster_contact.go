@@ -8,9 +8,9 @@ import (
 )
 
 // raftContactWindow is how recently a peer must have answered the leader's
-// AppendEntries (heartbeats included, every ~50 ms in cluster timing) to
-// count as in Raft contact for the reconciler.
-const raftContactWindow = 5 * time.Second
+// AppendEntries (heartbeats included, every ~50 ms in cluster timing: 40
+// missed in a row) to count as in Raft contact for the reconciler.
+const raftContactWindow = 2 * time.Second
 
 // contactTransport is Raft's transport plus, per peer, when it last
 // answered an AppendEntries (the heartbeat path). It is the leader's
