@@ -1,0 +1,166 @@
+package clockhealth_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tckclk/tckclk/internal/secret"
+	"github.com/tckclk/tckclk/node/clockhealth"
+	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
+)
+
+// The edges of the monitor that mutation testing found unguarded
+// (docs/mutants.md, node/clockhealth).
+
+// scriptClock is a wall and monotonic clock whose readings are scripted:
+// each NowNs returns the next monotonic value (the last one repeats), Now
+// the next wall value, as nanoseconds from t0.
+type scriptClock struct {
+	mu   sync.Mutex
+	mono []int64
+	wall []int64
+}
+
+func next(q *[]int64) int64 {
+	v := (*q)[0]
+	if len(*q) > 1 {
+		*q = (*q)[1:]
+	}
+	return v
+}
+
+func (c *scriptClock) NowNs() int64 { c.mu.Lock(); defer c.mu.Unlock(); return next(&c.mono) }
+func (c *scriptClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return t0.Add(time.Duration(next(&c.wall)))
+}
+
+// SPEC §3.2, readClocks: the wall reading is paired with the midpoint of
+// the two monotonic reads around it. A host-mode evaluation 1 ms after
+// the start whose monotonic bracket is 80 µs wide, with the wall read
+// exactly at its midpoint, has a bound of 0 ms; pairing it with any other
+// point of the bracket (or past it) would give 1 ms.
+func TestClockReadPairsTheMidpoint(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	clk := &scriptClock{
+		// New reads once (0, 0); Check reads 1 ms and 1 ms + 80 µs around
+		// a wall reading of 1 ms + 40 µs; later reads repeat.
+		mono: []int64{0, 0, ms, ms + 80_000},
+		wall: []int64{0, ms + 40_000},
+	}
+	reg := prometheus.NewRegistry()
+	mon, err := clockhealth.New(clockhealth.Options{Config: clockhealth.DefaultConfig(), Wall: clk, Mono: clk,
+		Logger: testLogger(t), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mon.Close()
+	if err := mon.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := metric(t, reg, "clock_error_bound_ms", "", ""); !ok || v != 0 {
+		t.Fatalf("bound %v ms (%v), want 0: the wall read was paired with another point than the bracket's midpoint", v, ok)
+	}
+}
+
+// logRecords returns the JSON log records written to buf.
+func logRecords(t *testing.T, buf *bytes.Buffer) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
+		var r map[string]any
+		if err := json.Unmarshal(line, &r); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// Options.Logger: New logs the clock mode to the logger given (the agent
+// mode line says whether a rotation is configured), and a nil Logger
+// discards.
+func TestMonitorLogger(t *testing.T) {
+	sec := bytes.Repeat([]byte("s"), secret.MinLen)
+	nextSec := bytes.Repeat([]byte("n"), secret.MinLen)
+	for _, c := range []struct {
+		next     []byte
+		rotation bool
+	}{{nil, false}, {nextSec, true}} {
+		var buf bytes.Buffer
+		_, err := clockhealth.New(clockhealth.Options{Config: baseConfig("127.0.0.1:1"), Secret: sec, NextSecret: c.next,
+			Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs := logRecords(t, &buf)
+		if len(recs) == 0 || recs[0]["msg"] != "clock health: probing agents" || recs[0]["rotation"] != c.rotation {
+			t.Errorf("next secret %v: log %v, want the probing line with rotation=%v", c.next != nil, recs, c.rotation)
+		}
+	}
+	if _, err := clockhealth.New(clockhealth.Options{Config: baseConfig("127.0.0.1:1"), Secret: sec}); err != nil {
+		t.Fatalf("nil Logger: %v", err)
+	}
+}
+
+// SPEC §1.4: the next clock secret has the same minimum length as the
+// current one — exactly secret.MinLen bytes is accepted, one fewer is not.
+func TestNextSecretMinLen(t *testing.T) {
+	sec := bytes.Repeat([]byte("s"), secret.MinLen)
+	for _, n := range []int{secret.MinLen - 1, secret.MinLen} {
+		_, err := clockhealth.New(clockhealth.Options{Config: baseConfig("127.0.0.1:1"), Secret: sec,
+			NextSecret: bytes.Repeat([]byte("n"), n), Logger: testLogger(t)})
+		if (err == nil) != (n >= secret.MinLen) {
+			t.Errorf("next secret of %d bytes: %v", n, err)
+		}
+	}
+}
+
+// readClocks accepts a bracket exactly maxReadGapNs (100 µs) wide at the
+// first attempt; a retry here would take the second, inconsistent pair
+// this clock scripts (wall 1.5 ms ahead) and report a 2 ms bound.
+func TestClockReadAcceptsTheMaxGap(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	clk := &scriptClock{
+		mono: []int64{0, 0, ms, ms + 100_000},
+		wall: []int64{0, ms + 50_000, ms + 100_000 + 3*ms/2},
+	}
+	reg := prometheus.NewRegistry()
+	mon, err := clockhealth.New(clockhealth.Options{Config: clockhealth.DefaultConfig(), Wall: clk, Mono: clk,
+		Logger: testLogger(t), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mon.Close()
+	if err := mon.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := metric(t, reg, "clock_error_bound_ms", "", ""); !ok || v != 0 {
+		t.Fatalf("bound %v ms (%v), want 0 from the first, 100 µs bracket", v, ok)
+	}
+}
+
+// SPEC §3.2: Start paces the prober with the injected ticker at the probe
+// interval and the watchdog at a quarter of it.
+func TestStartUsesTheInjectedTickers(t *testing.T) {
+	ts := clockhealthtest.NewTickers()
+	hs := newHarness(t, nil, func(o *clockhealth.Options) {
+		o.NewTicker = func(n string, d time.Duration) clockhealth.Ticker { return ts.New(n, d) }
+	})
+	if err := hs.mon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]time.Duration{"probe": time.Second, "watchdog": 250 * time.Millisecond} {
+		if tk := ts.Get(name, 5*time.Second); tk == nil || tk.Period != want {
+			t.Errorf("%s ticker %+v, want the injected one with period %v", name, tk, want)
+		}
+	}
+}
