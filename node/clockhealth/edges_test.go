@@ -3,6 +3,7 @@ package clockhealth_test
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -162,5 +163,20 @@ func TestStartUsesTheInjectedTickers(t *testing.T) {
 		if tk := ts.Get(name, 5*time.Second); tk == nil || tk.Period != want {
 			t.Errorf("%s ticker %+v, want the injected one with period %v", name, tk, want)
 		}
+	}
+}
+
+// DESIGN §6: a FAILED clock's error says how far past its limit it went,
+// in the unit it names: stale in ms since the last sample, rollback in µs.
+func TestFailureTextsMeasure(t *testing.T) {
+	hs := checked(t, nil)
+	hs.clk.Advance(3*time.Second + time.Millisecond)
+	if err := hs.mon.Check(); err == nil || !strings.Contains(err.Error(), "no healthy sample for 3001 ms > staleness_ms 3000") {
+		t.Errorf("stale: %v", err)
+	}
+	hs = checked(t, nil)
+	hs.clk.StepWall(-2500 * time.Microsecond)
+	if err := hs.mon.Check(); err == nil || !strings.Contains(err.Error(), "wall clock went back 2500 µs between evaluations") {
+		t.Errorf("rollback: %v", err)
 	}
 }
