@@ -15,6 +15,7 @@ import (
 	"github.com/tckclk/tckclk/internal/secret"
 	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
+	"github.com/tckclk/tckclk/protocol"
 )
 
 // The edges of the monitor that mutation testing found unguarded
@@ -178,5 +179,76 @@ func TestFailureTextsMeasure(t *testing.T) {
 	hs.clk.StepWall(-2500 * time.Microsecond)
 	if err := hs.mon.Check(); err == nil || !strings.Contains(err.Error(), "wall clock went back 2500 µs between evaluations") {
 		t.Errorf("rollback: %v", err)
+	}
+}
+
+// SPEC §3.1: of a round's healthy samples the one with the smallest
+// error bound is installed; on a tie the first agent in configuration
+// order wins (so /v1/status names a stable agent).
+func TestBestSampleInstalled(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		extraU    uint64 // the extra agent's uncertainty; the harness agent's is 3
+		extraLast bool   // the extra agent listed after the harness agent
+		wantExtra bool
+		wantEB    uint64
+	}{
+		{"worse listed first", 10, false, false, 4},
+		{"worse listed last", 10, true, false, 4},
+		{"better listed last", 1, true, true, 2},
+		{"tie: first listed wins", 3, false, true, 4},
+		{"tie: first listed wins, other order", 3, true, false, 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var hs *harness
+			var extra *clockhealthtest.Agent
+			extra = clockhealthtest.StartAgent(t, []byte(vectorSecret), func(req protocol.Request) clockhealthtest.Reply {
+				return clockhealthtest.Reply{Bytes: extra.Sign(req.Nonce, uint64(hs.clk.WallNs()/1e6), c.extraU, true, 100)}
+			})
+			hs = newHarness(t, nil, func(o *clockhealth.Options) {
+				o.Config.AgentAddrs = []string{extra.Addr(), o.Config.AgentAddrs[0]}
+				if c.extraLast {
+					o.Config.AgentAddrs[0], o.Config.AgentAddrs[1] = o.Config.AgentAddrs[1], o.Config.AgentAddrs[0]
+				}
+			})
+			hs.pass(1)
+			want := hs.agent.Addr()
+			if c.wantExtra {
+				want = extra.Addr()
+			}
+			ls := hs.mon.Status().LastSample
+			if ls == nil || ls.Agent != want || ls.ErrorBoundMs != c.wantEB {
+				t.Fatalf("installed %+v, want agent %s with error bound %d", ls, want, c.wantEB)
+			}
+		})
+	}
+}
+
+// SPEC §4.1 /v1/status: since_sample_ms is the time since the last
+// healthy sample (agent mode; before the first one, since the monitor
+// started) or since the host watcher started (host mode), in ms; the
+// snapshot carries the staleness limit and the healthy-round count.
+func TestStatusSinceSample(t *testing.T) {
+	hs := newHarness(t, nil, nil)
+	hs.clk.Advance(700 * time.Millisecond)
+	if st := hs.mon.Status(); st.SinceSampleMs != 700 || st.StalenessMs != 3000 || st.HealthyRounds != 0 {
+		t.Errorf("before the first sample: since %d ms, staleness %d, rounds %d; want 700, 3000, 0", st.SinceSampleMs, st.StalenessMs, st.HealthyRounds)
+	}
+	hs.pass(3)
+	hs.clk.Advance(1200 * time.Millisecond)
+	if st := hs.mon.Status(); st.SinceSampleMs != 1200 || st.HealthyRounds != 3 || st.BoundLimitMs != 250 {
+		t.Errorf("after 3 samples: since %d ms, rounds %d, limit %d; want 1200, 3, 250", st.SinceSampleMs, st.HealthyRounds, st.BoundLimitMs)
+	}
+
+	clk := clockhealthtest.NewClock(t0)
+	clk.Advance(time.Hour) // a monotonic origin far from 0
+	host, err := clockhealth.New(clockhealth.Options{Config: clockhealth.DefaultConfig(), Wall: clk, Mono: clk, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	clk.Advance(1500 * time.Millisecond)
+	if st := host.Status(); st.SinceSampleMs != 1500 {
+		t.Errorf("host mode: since %d ms, want 1500", st.SinceSampleMs)
 	}
 }
