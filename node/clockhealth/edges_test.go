@@ -252,3 +252,14 @@ func TestStatusSinceSample(t *testing.T) {
 		t.Errorf("host mode: since %d ms, want 1500", st.SinceSampleMs)
 	}
 }
+
+// SPEC §3.1: with a single agent an unreachable round fails with that
+// agent's own error; only several agents get the "none answered" count.
+func TestSingleUnreachableAgentOwnError(t *testing.T) {
+	addr := closedAddr(t)
+	hs := newHarness(t, nil, func(o *clockhealth.Options) { o.Config.AgentAddrs = []string{addr} })
+	err := hs.mon.Probe(t.Context())
+	if err == nil || strings.Contains(err.Error(), "no agent answered") || !strings.Contains(err.Error(), "dial "+addr) {
+		t.Fatalf("error %v, want the dial error of %s alone", err, addr)
+	}
+}
