@@ -263,3 +263,52 @@ func TestSingleUnreachableAgentOwnError(t *testing.T) {
 		t.Fatalf("error %v, want the dial error of %s alone", err, addr)
 	}
 }
+
+// SPEC §3.1: a liar fails the node while a silent agent of the same round
+// is still holding its exchange: the probe timeout is long (20 s) and the
+// silent agent is let go only once Failed() has closed.
+func TestLiarFailsWhileSilentAgentHolds(t *testing.T) {
+	silent := clockhealthtest.StartAgent(t, []byte(vectorSecret), func(protocol.Request) clockhealthtest.Reply {
+		return clockhealthtest.Reply{Hold: true}
+	})
+	liar := clockhealthtest.StartAgent(t, []byte(vectorSecret), func(protocol.Request) clockhealthtest.Reply {
+		return clockhealthtest.Reply{Bytes: []byte("LIES\n")}
+	})
+	hs := newHarness(t, nil, func(o *clockhealth.Options) {
+		o.Config.AgentAddrs = []string{o.Config.AgentAddrs[0], silent.Addr(), liar.Addr()}
+		o.Config.ProbeTimeoutMs, o.Config.ProbeIntervalMs, o.Config.StalenessMs = 20000, 20000, 40000
+	})
+	done := make(chan error, 1)
+	go func() { done <- hs.mon.Probe(t.Context()) }()
+	select {
+	case <-hs.mon.Failed():
+	case err := <-done:
+		t.Fatalf("the round ended (%v) before the liar failed the node", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the liar did not fail the node while the silent agent held its exchange")
+	}
+	silent.Close()
+	hs.wantFailed(<-done, protocol.ReasonFormat)
+}
+
+// DESIGN §6: the FAILED error names the reason, the agent when there is
+// one, the detail and the cause — and an Error with none of them set
+// still prints.
+func TestErrorText(t *testing.T) {
+	for _, c := range []struct {
+		e    *clockhealth.Error
+		want string
+	}{
+		{&clockhealth.Error{Reason: protocol.ReasonStale}, "clockhealth: FAILED (stale)"},
+		{&clockhealth.Error{Reason: protocol.ReasonMAC, Agent: "a:1", Err: protocol.Errorf(protocol.ReasonMAC, "bad")},
+			"clockhealth: FAILED (mac) agent a:1: bad"},
+	} {
+		if got := c.e.Error(); got != c.want {
+			t.Errorf("Error() = %q, want %q", got, c.want)
+		}
+	}
+	// The zero Secrets collide with nothing, not even an empty secret.
+	if (clockhealth.Secrets{}).Collides(nil) {
+		t.Error("zero Secrets collide with an empty secret")
+	}
+}
