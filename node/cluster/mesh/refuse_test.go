@@ -252,7 +252,8 @@ func TestLowerRankedSessionClosedWhileOldAnswers(t *testing.T) {
 	trust := newKeyMap("node-a", "node-b")
 	a := start(t, testConfig(t, "node-a", trust))
 	b := start(t, testConfig(t, "node-b", trust))
-	echo(t, dial(t, a, b, "node-b", ClassRaft), accept(t, b.Listener(ClassRaft)))
+	lr, lf := b.Listener(ClassRaft), b.Listener(ClassForward) // before any stream arrives
+	echo(t, dial(t, a, b, "node-b", ClassRaft), accept(t, lr))
 	old := a.Peers()
 	if len(old) != 1 || !old[0].Outbound {
 		t.Fatalf("a's sessions %+v, want the one it dialed", old)
@@ -273,5 +274,5 @@ func TestLowerRankedSessionClosedWhileOldAnswers(t *testing.T) {
 	if got := a.Peers(); len(got) != 1 || got[0].Session != old[0].Session {
 		t.Fatalf("a's sessions %+v, want %+v still in use", got, old)
 	}
-	echo(t, dial(t, a, b, "node-b", ClassForward), accept(t, b.Listener(ClassForward)))
+	echo(t, dial(t, a, b, "node-b", ClassForward), accept(t, lf))
 }
