@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tckclk/tckclk/node/api/client"
+	"github.com/tckclk/tckclk/node/api/wire"
 )
 
 var bg = context.Background()
@@ -75,28 +76,73 @@ func TestSingleNodeRoundTripAndRestart(t *testing.T) {
 	}
 }
 
-// Probes, status and metrics are served from the first moment, while Raft
-// opens and replays (run with -race: no data race with start-up).
+// SPEC §3.5, §5: probes, status and metrics are served from the first
+// moment, while start-up is held at a stage; tickets are not. Start-up is
+// held at clock_check: the agent answers, but the manual probe ticker
+// gives only the first of the 3 samples until the test fires it (run with
+// -race: no data race with start-up). The data dir holds tickets, so the
+// release also replays a log.
 func TestEndpointsDuringStartup(t *testing.T) {
 	dir := t.TempDir()
-	seeded(t, dir, testConfig(t, dir), Deps{})
-	tn, err := tryStart(t, testConfig(t, dir), Deps{}, false)
+	an := newAgentNode(t, dir, []byte(clockSecret), nil)
+	seeded(t, dir, testConfig(t, dir), Deps{Wall: an.clk})
+	tn, err := tryStart(t, an.cfg, an.deps, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sawNotReady := false
-	waitFor(t, "readiness", 20*time.Second, func() bool {
-		for _, p := range []string{"/livez", "/v1/status", "/metrics", "/v1/tickets/a", "/v1/tickets"} {
-			if a := do(t, tn, "GET", p, ""); a.status != 200 && a.status != 503 {
-				t.Fatalf("%s during start-up: %d %s", p, a.status, a.raw)
-			}
-		}
-		a := do(t, tn, "GET", "/readyz", "")
-		sawNotReady = sawNotReady || a.status == 503 && a.body.Error == "" && strings.Contains(a.raw, `"stage"`)
-		return a.status == 200
+	var ce *client.Error
+	waitFor(t, "stage clock_check after one sample", 10*time.Second, func() bool {
+		_, err := tn.c.Ready(bg)
+		return errors.As(err, &ce) && ce.Stage == string(StageClockCheck) && strings.Contains(ce.Message, "1 of 3")
 	})
-	if got, err := tn.c.Get(bg, "a"); err != nil || got.Holder != "h" {
-		t.Fatalf("after start-up: %+v %v", got, err)
+	// Held: nothing fires the probe ticker, so the stage cannot move on.
+	if a := do(t, tn, "GET", "/livez", ""); a.status != 200 || !strings.Contains(a.raw, `"ok"`) {
+		t.Errorf("/livez during clock_check: %d %s", a.status, a.raw)
 	}
-	t.Logf("saw a not-ready stage: %v", sawNotReady)
+	var h wire.Health
+	if a := do(t, tn, "GET", "/readyz", ""); a.status != 503 {
+		t.Errorf("/readyz during clock_check: %d %s", a.status, a.raw)
+	} else if mustJSON(t, a.raw, &h); h.Stage != string(StageClockCheck) || h.Status != "unavailable" {
+		t.Errorf("/readyz during clock_check names %+v", h)
+	}
+	var st wire.Status
+	if a := do(t, tn, "GET", "/v1/status", ""); a.status != 200 {
+		t.Errorf("/v1/status during clock_check: %d %s", a.status, a.raw)
+	} else if mustJSON(t, a.raw, &st); st.Stage != string(StageClockCheck) || st.Ready {
+		t.Errorf("/v1/status during clock_check: stage %q ready %v", st.Stage, st.Ready)
+	}
+	if a := do(t, tn, "GET", "/metrics", ""); a.status != 200 {
+		t.Errorf("/metrics during clock_check: %d", a.status)
+	}
+	if v := metricLine(t, tn, `node_readiness_stage{stage="clock_check"}`); v != "1" {
+		t.Errorf(`node_readiness_stage{stage="clock_check"} %q during clock_check`, v)
+	}
+	for _, p := range []string{"/v1/tickets/a", "/v1/tickets"} {
+		if a := do(t, tn, "GET", p, ""); a.status != 503 || a.body.Stage != string(StageClockCheck) {
+			t.Errorf("GET %s during clock_check: %d %s (want 503 naming clock_check)", p, a.status, a.raw)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// Release: the two missing samples; Raft opens, replays, leads.
+	for range 2 {
+		if !an.ts.Fire("probe", 5*time.Second) {
+			t.Fatal("probe ticker not taken")
+		}
+	}
+	waitFor(t, "ready after clock_check", 20*time.Second, func() bool { _, err := tn.c.Ready(bg); return err == nil })
+	if got, err := tn.c.Get(bg, "a"); err != nil || got.Holder != "h" {
+		t.Fatalf("seeded ticket after start-up: %+v %v", got, err)
+	}
+	if _, err := tn.c.Grant(bg, "after", "late", 30); err != nil {
+		t.Fatalf("grant after start-up: %v", err)
+	}
+	if got, err := tn.c.Get(bg, "after"); err != nil || got.Holder != "late" {
+		t.Fatalf("get after start-up: %+v %v", got, err)
+	}
+	if v := metricLine(t, tn, `node_readiness_stage{stage="ready"}`); v != "1" {
+		t.Errorf(`node_readiness_stage{stage="ready"} %q once ready`, v)
+	}
 }

@@ -3,8 +3,15 @@
 # docs/mutants.md). Not part of `go test ./...`: it rebuilds and reruns a
 # package's tests once per mutant, minutes per package.
 #
-#   tools/mutation.sh [PACKAGE...]      default: ./protocol ./node/ticket
+#   tools/mutation.sh [PACKAGE[:FILE,...]...]   default: the list in $default below
 #   OUT=/tmp/mut tools/mutation.sh ./protocol
+#   tools/mutation.sh ./node/cluster/mesh:handshake.go,frame.go,session.go
+#
+# PACKAGE:FILE,... mutates only those files of the package (the others are
+# passed to gremlins as --exclude-files); the package's whole test suite
+# still judges every mutant. The mesh is run that way: its handshake
+# (handshake.go, the frames in frame.go, the flow in session.go) is what
+# issue 17 names.
 #
 # gremlins is pinned and installed into GOPATH/bin with `go install`, never
 # into this module's go.mod. It works on a copy of the module in a
@@ -26,18 +33,31 @@ if ! [ -x "$gremlins" ] || ! go version -m "$gremlins" 2>/dev/null | grep -q "gr
   echo "mutation: installing github.com/go-gremlins/gremlins@$version into $gopath_bin" >&2
   (cd / && GOFLAGS=-mod=mod go install "github.com/go-gremlins/gremlins/cmd/gremlins@$version")
 fi
+default=(./protocol ./node/ticket ./node/clockhealth ./node/cluster/reconcile
+  ./node/cluster/mesh:handshake.go,frame.go,session.go)
 pkgs=("$@")
-[ ${#pkgs[@]} -eq 0 ] && pkgs=(./protocol ./node/ticket)
+[ ${#pkgs[@]} -eq 0 ] && pkgs=("${default[@]}")
 out=${OUT:-/tmp/tckclk-mutation}
 coeff=${COEFF:-15}
 mkdir -p "$out"
 status=0
-for pkg in "${pkgs[@]}"; do
+for arg in "${pkgs[@]}"; do
+  pkg=${arg%%:*}
   name=$(echo "${pkg#./}" | tr / -)
+  excl=()
+  if [[ $arg == *:* ]]; then
+    only=",${arg#*:},"
+    name=$name-part
+    for f in "$pkg"/*.go; do
+      b=$(basename "$f")
+      [[ $b == *_test.go || $only == *",$b,"* ]] && continue
+      excl+=(--exclude-files "(^|/)${b//./\\.}\$")
+    done
+  fi
   echo "mutation: $pkg (log $out/$name.txt, results $out/$name.json)"
   # 2 shared cores: one worker, lowest priority.
   if ! nice -n 15 "$gremlins" unleash --workers 1 --timeout-coefficient "$coeff" \
-      -o "$out/$name.json" "$pkg" >"$out/$name.txt" 2>&1; then
+      ${excl[@]+"${excl[@]}"} -o "$out/$name.json" "$pkg" >"$out/$name.txt" 2>&1; then
     echo "mutation: gremlins failed on $pkg, see $out/$name.txt" >&2
     status=1
   fi

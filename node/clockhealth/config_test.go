@@ -180,3 +180,24 @@ func TestLoadSecrets(t *testing.T) {
 		t.Fatal("short secret accepted by New")
 	}
 }
+
+// DESIGN §6: a refusal names the limit it applies, computed from the
+// config: staleness_ms against 2 × probe_interval_ms, the sample limits
+// against Δ/2.
+func TestConfigErrorsNameTheLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		e    func(*clockhealth.Config)
+		want string
+	}{
+		{"staleness", func(c *clockhealth.Config) { c.ProbeIntervalMs = 1500; c.StalenessMs = 2999 }, "2999 is below 2 × probe_interval_ms (3000)"},
+		{"max_rtt_ms", func(c *clockhealth.Config) { c.MaxRTTMs = 251 }, "251 is outside 1..=Δ/2 (250 for delta_ms 500)"},
+	} {
+		c := clockhealth.DefaultConfig()
+		tc.e(&c)
+		c.Normalize()
+		if err := c.Validate("clock"); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want the text %q", tc.name, err, tc.want)
+		}
+	}
+}

@@ -21,6 +21,8 @@ type rawDialer struct {
 	// proof builds the proof from the transcript and the acceptor's proof
 	// (default: an honest one).
 	proof func(t []byte, theirs Proof) Proof
+	// after, when set, runs on the open connection once accept arrived.
+	after func(c net.Conn)
 	sent  bytes.Buffer // every byte written
 }
 
@@ -77,7 +79,13 @@ func (r *rawDialer) run(t *testing.T, addr string) error {
 	if err != nil {
 		return err
 	}
-	return DecodeAccept(b)
+	if err := DecodeAccept(b); err != nil {
+		return err
+	}
+	if r.after != nil {
+		r.after(c)
+	}
+	return nil
 }
 
 // sendRaw writes b (then waits for the acceptor to hang up) and reports
@@ -234,4 +242,37 @@ func TestDialerRefusals(t *testing.T) {
 			eventually(t, "acceptor counted "+string(c.atB), func() bool { return acceptor.handshakes(t, c.atB) == before+1 })
 		})
 	}
+}
+
+// SPEC §5 Mesh, at most one session per peer: a second session from a
+// peer that ranks below the one in use (here: dialed by the higher
+// NodeId) is closed while the one in use still answers its ping; the
+// session in use stays and carries streams.
+func TestLowerRankedSessionClosedWhileOldAnswers(t *testing.T) {
+	trust := newKeyMap("node-a", "node-b")
+	a := start(t, testConfig(t, "node-a", trust))
+	b := start(t, testConfig(t, "node-b", trust))
+	lr, lf := b.Listener(ClassRaft), b.Listener(ClassForward) // before any stream arrives
+	echo(t, dial(t, a, b, "node-b", ClassRaft), accept(t, lr))
+	old := a.Peers()
+	if len(old) != 1 || !old[0].Outbound {
+		t.Fatalf("a's sessions %+v, want the one it dialed", old)
+	}
+	closed := false
+	d := &rawDialer{id: "node-b", priv: keyFor("node-b"), after: func(c net.Conn) {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err := io.Copy(io.Discard, c)
+		var ne net.Error
+		closed = !(errors.As(err, &ne) && ne.Timeout())
+	}}
+	if err := d.run(t, a.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	if !closed {
+		t.Fatal("a kept the lower-ranked second session open")
+	}
+	if got := a.Peers(); len(got) != 1 || got[0].Session != old[0].Session {
+		t.Fatalf("a's sessions %+v, want %+v still in use", got, old)
+	}
+	echo(t, dial(t, a, b, "node-b", ClassForward), accept(t, lf))
 }

@@ -1,7 +1,9 @@
 package reconcile
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -363,4 +365,112 @@ func TestRunnerRechecksLaggingStandbySoon(t *testing.T) {
 		t.Fatalf("changes %v, want %v", changes, want)
 	}
 	h.noViolations()
+}
+
+// raft.reconcile_debounce: the first pass is armed Debounce after Run
+// starts — the configured value, or DefaultDebounce when it is zero.
+func TestRunnerDebounceSetting(t *testing.T) {
+	for _, c := range []struct{ set, want time.Duration }{{0, DefaultDebounce}, {7 * time.Second, 7 * time.Second}} {
+		h := startRunner(t, newFakeRaft(tenNodeWorld(t)), func(cfg *RunnerConfig) { cfg.Debounce = c.set })
+		h.clock.mu.Lock()
+		at := h.clock.timers[0].at
+		h.clock.mu.Unlock()
+		if got := at.Sub(newManualClock().Now()); got != c.want {
+			t.Errorf("Debounce %v: first pass armed %v after the start, want %v", c.set, got, c.want)
+		}
+		h.stop()
+	}
+}
+
+// stuckRaft accepts every change and applies none: the plan never empties.
+// Past twice maxStepsPerPass it refuses, so an unbounded pass still ends.
+type stuckRaft struct{ calls int }
+
+func (s *stuckRaft) GetConfiguration() ([]Server, error) {
+	return []Server{{ID: "n01", Address: "addr-n01", Suffrage: Voter}}, nil
+}
+func (s *stuckRaft) change() error {
+	if s.calls++; s.calls > 2*maxStepsPerPass {
+		return errors.New("stuckRaft: too many changes")
+	}
+	return nil
+}
+func (s *stuckRaft) AddNonvoter(id, addr string) error { return s.change() }
+func (s *stuckRaft) Promote(id, addr string) error     { return s.change() }
+func (s *stuckRaft) Demote(id string) error            { return s.change() }
+func (s *stuckRaft) Remove(id string) error            { return s.change() }
+func (s *stuckRaft) LeaderID() string                  { return "n01" }
+
+// counterValue reads a registered counter by name.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("%s not registered", name)
+	return 0
+}
+
+// One pass is bounded: against a Raft whose configuration never changes,
+// it applies exactly maxStepsPerPass changes, then gives up until the next
+// interval instead of spinning. Adding non-voters is no voter churn, and
+// each change is logged with the number of changes still pending.
+func TestRunnerPassBounded(t *testing.T) {
+	raft := &stuckRaft{}
+	ms := healthy(2, "a")
+	var logs bytes.Buffer
+	reg := prometheus.NewRegistry()
+	r, err := NewRunner(RunnerConfig{Raft: raft, LocalID: "n01", Members: func() []Member { return ms },
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil)), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next := r.pass(context.Background()); next != DefaultInterval {
+		t.Errorf("a pass that did not converge asks for the next in %v, want the interval %v", next, DefaultInterval)
+	}
+	if raft.calls != maxStepsPerPass {
+		t.Fatalf("one pass applied %d changes, want %d", raft.calls, maxStepsPerPass)
+	}
+	if b := counterValue(t, reg, "raft_voter_churn_burst_total"); b != 0 {
+		t.Errorf("%d additions of a non-voter counted as %v voter-churn bursts", maxStepsPerPass, b)
+	}
+	var first struct {
+		Msg     string `json:"msg"`
+		Change  string `json:"change"`
+		Pending *int   `json:"pending"`
+	}
+	line, _, _ := bytes.Cut(logs.Bytes(), []byte("\n"))
+	if err := json.Unmarshal(line, &first); err != nil || first.Msg != "raft configuration change" ||
+		first.Change != "add_nonvoter" || first.Pending == nil || *first.Pending != 0 {
+		t.Errorf("first log line %s (%v): want the add_nonvoter change with 0 pending", line, err)
+	}
+}
+
+// raft_voter_churn_burst_total: voter changes at most Debounce apart are
+// one burst, counted once at its second change; a gap longer than
+// Debounce ends it.
+func TestBurstWindowInclusive(t *testing.T) {
+	clk := newManualClock()
+	reg := prometheus.NewRegistry()
+	r, err := NewRunner(RunnerConfig{Raft: &stuckRaft{}, LocalID: "n01", Members: func() []Member { return nil },
+		Clock: clk, Logger: testLogger(t), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		after time.Duration
+		want  float64
+	}{{0, 0}, {DefaultDebounce, 1}, {DefaultDebounce, 1}, {DefaultDebounce + time.Nanosecond, 1}, {DefaultDebounce, 2}} {
+		clk.Advance(c.after)
+		r.voterChanged()
+		if got := counterValue(t, reg, "raft_voter_churn_burst_total"); got != c.want {
+			t.Fatalf("change %d (%v after the previous): %v bursts, want %v", i, c.after, got, c.want)
+		}
+	}
 }

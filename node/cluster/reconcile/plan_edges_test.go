@@ -1,0 +1,179 @@
+package reconcile
+
+import (
+	"fmt"
+	"testing"
+)
+
+// The boundaries of Plan that mutation testing found unguarded
+// (docs/mutants.md, node/cluster/reconcile).
+
+// placeholderWorld: voters n01 (leader), n02, n03; n00 — ranked first,
+// so a target voter — is a non-voter still catching up; n04 and n05 are
+// caught-up standbys. max_voters 3: the target is n00, n01, n02.
+func placeholderWorld() *world {
+	ms := append(healthy(5, "a"), Member{ID: "n00", Address: "addr-n00", Eligible: true, FailureDomain: "a",
+		Alive: true, RaftContact: true, ClockHealthy: true})
+	w := newWorld("n01", Limits{MaxVoters: 3, MaxStandbys: 4}, ms...)
+	w.config["n01"], w.config["n02"], w.config["n03"] = Voter, Voter, Voter
+	w.config["n00"], w.config["n04"], w.config["n05"] = Nonvoter, Nonvoter, Nonvoter
+	return w
+}
+
+// SPEC §5 Reconciler: while a target voter catches up, a current voter
+// outside the target keeps its slot as the placeholder (no change at all);
+// a caught-up standby takes the slot only when no current voter can, and
+// one placeholder fills one missing slot.
+func TestPlaceholderCurrentVoterFirst(t *testing.T) {
+	w := placeholderWorld()
+	if p := Plan(w.input()); len(p) != 0 {
+		t.Fatalf("plan %v: n03 should hold n00's slot while n00 catches up, nothing else changes", p)
+	}
+	// n03 leaves the fit nodes (clock unhealthy): now the best caught-up
+	// standby, n04, takes the slot — only n04, not n05 as well.
+	m := w.members["n03"]
+	m.ClockHealthy = false
+	w.members["n03"] = m
+	got := Plan(w.input())
+	want := []Change{{Kind: Promote, ID: "n04", Address: "addr-n04"}, {Kind: Remove, ID: "n03"}}
+	if !sameChanges(got, want) {
+		t.Fatalf("plan %v, want %v", got, want)
+	}
+	// Once n00 has caught up it takes its slot and the placeholder goes.
+	w = placeholderWorld()
+	m = w.members["n00"]
+	m.CaughtUp = true
+	w.members["n00"] = m
+	got = Plan(w.input())
+	want = []Change{{Kind: Promote, ID: "n00", Address: "addr-n00"}, {Kind: Demote, ID: "n03", Address: "addr-n03"}}
+	if !sameChanges(got, want) {
+		t.Fatalf("n00 caught up: plan %v, want %v", got, want)
+	}
+}
+
+// SPEC §5 Bounded core: a promotion that would make the voter count even
+// waits for the next one. Voters n01–n03; the target is all five; n04 has
+// caught up (and ranks first), n05 has not: promoting n04 alone would make
+// four voters, so nothing changes until n05 has caught up too, and then
+// both are promoted.
+func TestEvenPromotionWaits(t *testing.T) {
+	w := newWorld("n01", DefaultLimits(), healthy(5, "a", "b", "c")...)
+	w.config["n01"], w.config["n02"], w.config["n03"] = Voter, Voter, Voter
+	w.config["n04"], w.config["n05"] = Nonvoter, Nonvoter
+	m := w.members["n04"]
+	m.Priority = -1 // fit[0]: the held-back promotion is the best-ranked node
+	w.members["n04"] = m
+	m = w.members["n05"]
+	m.CaughtUp = false
+	w.members["n05"] = m
+	if p := Plan(w.input()); len(p) != 0 {
+		t.Fatalf("plan %v: promoting n04 alone makes 4 voters", p)
+	}
+	m.CaughtUp = true
+	w.members["n05"] = m
+	got := Plan(w.input())
+	want := []Change{{Kind: Promote, ID: "n04", Address: "addr-n04"}, {Kind: Promote, ID: "n05", Address: "addr-n05"}}
+	if !sameChanges(got, want) {
+		t.Fatalf("plan %v, want %v", got, want)
+	}
+}
+
+// The configuration's address of a server wins over the one gossip
+// advertises (a promotion must not move a server in Raft); a
+// configuration entry without an address keeps gossip's.
+func TestConfigAddressWins(t *testing.T) {
+	w := newWorld("n01", DefaultLimits(), healthy(3, "a", "b", "c")...)
+	w.config["n01"], w.config["n02"], w.config["n03"] = Voter, Voter, Nonvoter
+	m := w.members["n03"]
+	m.Address = "gossip-n03"
+	w.members["n03"] = m
+	got := Plan(w.input()) // input() gives every config server the address addr-<id>
+	if want := []Change{{Kind: Promote, ID: "n03", Address: "addr-n03"}}; !sameChanges(got, want) {
+		t.Fatalf("plan %v, want %v", got, want)
+	}
+	in := w.input()
+	for i := range in.Config {
+		in.Config[i].Address = ""
+	}
+	got = Plan(in)
+	if want := []Change{{Kind: Promote, ID: "n03", Address: "gossip-n03"}}; !sameChanges(got, want) {
+		t.Fatalf("config without addresses: plan %v, want %v", got, want)
+	}
+}
+
+// SPEC §5 Bounded core: raft.priority ranks the candidates, lower is
+// preferred (then NodeId). One domain, so ranking alone decides: of the
+// standbys n02 (priority 5), n03 (0) and n04 (-5), n04 and n03 join the
+// leader as voters.
+func TestLowerPriorityPreferred(t *testing.T) {
+	w := newWorld("n01", Limits{MaxVoters: 3, MaxStandbys: 4}, healthy(4, "a")...)
+	w.config["n01"], w.config["n02"], w.config["n03"], w.config["n04"] = Voter, Nonvoter, Nonvoter, Nonvoter
+	for id, p := range map[string]int{"n02": 5, "n04": -5} {
+		m := w.members[id]
+		m.Priority = p
+		w.members[id] = m
+	}
+	got := Plan(w.input())
+	want := []Change{{Kind: Promote, ID: "n04", Address: "addr-n04"}, {Kind: Promote, ID: "n03", Address: "addr-n03"}}
+	if !sameChanges(got, want) {
+		t.Fatalf("plan %v, want %v", got, want)
+	}
+}
+
+// SPEC §5 Reconciler, quorum-safe order: every voter-reducing step of a
+// plan is judged against the voters and live voters the steps before it
+// leave, not against the configuration the plan started from. Each case
+// sits where one miscount along the walk changes the plan.
+func TestQuorumCountedAlongThePlan(t *testing.T) {
+	const dead, retired = "dead", "retired"
+	for _, c := range []struct {
+		name  string
+		max   int
+		nodes []string // n01 (leader), n02, …: "" a healthy voter, or dead / retired
+		want  []Change
+	}{
+		// Voters n01–n03 live, n04 dead, max_voters 1: demoting n02 leaves
+		// 2 live of 3; demoting n03 as well would leave 1 live of 2, so it
+		// waits; the dead n04 goes (a minority of the 4).
+		{"demote counts the live voter it takes", 1, []string{"", "", "", dead},
+			[]Change{{Kind: Demote, ID: "n02", Address: "addr-n02"}, {Kind: Remove, ID: "n04"}}},
+		// n03 dead, n04 retired but alive: once n03 is removed, 3 live of 3
+		// voters remain, so n04 can go as well.
+		{"dead removal counts the voter it takes", 5, []string{"", "", dead, retired},
+			[]Change{{Kind: Remove, ID: "n03"}, {Kind: Remove, ID: "n04"}}},
+		// n02 retired, n03, n04 dead: one dead voter may go (a minority of
+		// 4); then 2 live of 3 voters: removing the live n02 would leave 1
+		// live of 2.
+		{"live removal needs a majority after it", 5, []string{"", retired, dead, dead},
+			[]Change{{Kind: Remove, ID: "n03"}}},
+		// n02 and n03 retired, all four alive: both go, one after the other
+		// (3 live of 3, then 2 of 2).
+		{"live removal counts the voter it takes", 5, []string{"", retired, retired, ""},
+			[]Change{{Kind: Remove, ID: "n02"}, {Kind: Remove, ID: "n03"}}},
+		// n02, n03 retired and alive, n04–n07 dead: three dead go (a
+		// minority of 7), leaving n01–n03 and n07; removing n02 leaves 2
+		// live of 3; removing n03 too would leave 1 live of 2.
+		{"live removal counts the live voter it takes", 5, []string{"", retired, retired, dead, dead, dead, dead},
+			[]Change{{Kind: Remove, ID: "n04"}, {Kind: Remove, ID: "n05"}, {Kind: Remove, ID: "n06"}, {Kind: Remove, ID: "n02"}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorld("n01", Limits{MaxVoters: c.max, MaxStandbys: 4}, healthy(len(c.nodes), "a")...)
+			for i, kind := range c.nodes {
+				id := fmt.Sprintf("n%02d", i+1)
+				w.config[id] = Voter
+				m := w.members[id]
+				switch kind {
+				case dead:
+					m.Alive, m.RaftContact = false, false
+				case retired:
+					m.Retired = true
+				}
+				w.members[id] = m
+			}
+			got := Plan(w.input())
+			if !sameChanges(got, c.want) {
+				t.Fatalf("plan %v, want %v", got, c.want)
+			}
+		})
+	}
+}
