@@ -3,6 +3,7 @@ module github.com/tckclk/tckclk
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/beevik/ntp v1.6.0
 	github.com/facebook/time v0.0.0-20260822211804-f81aedc1c1e3
 	github.com/hashicorp/memberlist v0.5.4
