@@ -9,7 +9,7 @@
 //   - a porcupine model per ticket, in which an operation with an unknown
 //     outcome forks into applied and not applied, and expiry is uncertain:
 //     a lease may end no earlier than its client-side deadline (send time
-//     + lease × (1 − 500 ppm)) and a Renew may succeed no later than the
+//   - lease × (1 − 500 ppm)) and a Renew may succeed no later than the
 //     server-side expiry's upper bound (return + lease + 2Δ + rate error);
 //   - direct checks: no two holders' client-side hold intervals overlap,
 //     tokens strictly increase per ticket (and no token is issued twice),

@@ -110,25 +110,13 @@ func (b bounds) step(s state, op Op) []interface{} {
 				add(s)
 			}
 		case Refused:
-			switch op.Code {
-			case "not_held":
-				if freeable(s, op.Return) {
-					add(state{Max: s.Max})
-				}
-			case "lease_over":
+			if op.Code == "lease_over" { // still there, expired
 				if match && s.Early <= op.Return {
 					add(s)
 				}
-				if freeable(s, op.Return) { // expired, freed, and then?
-					add(state{Max: s.Max})
-				}
-			case "wrong_token", "wrong_holder":
-				if s.Holder != "" && !(s.Holder == op.Holder && s.Token == op.Token) {
-					add(s)
-				}
-			default:
-				add(s)
+				break
 			}
+			refusedHolderOp(s, op, add)
 		case Unknown:
 			add(s)
 			if match && op.Call <= s.Late {
@@ -144,18 +132,7 @@ func (b bounds) step(s state, op Op) []interface{} {
 				add(state{Max: s.Max})
 			}
 		case Refused:
-			switch op.Code {
-			case "not_held":
-				if freeable(s, op.Return) {
-					add(state{Max: s.Max})
-				}
-			case "wrong_token", "wrong_holder":
-				if s.Holder != "" && !(s.Holder == op.Holder && s.Token == op.Token) {
-					add(s)
-				}
-			default:
-				add(s)
-			}
+			refusedHolderOp(s, op, add)
 		case Unknown:
 			add(s)
 			if match {
@@ -193,5 +170,22 @@ func (b bounds) grantOK(s state, op Op, add func(state)) {
 	}
 	if op.Token > s.Max && freeable(s, op.Return) && !(s.Holder == op.Holder && s.Token == op.Token) {
 		add(state{Holder: op.Holder, Token: op.Token, Early: op.Deadline, Late: b.late(op.Return, op.LeaseS), Max: op.Token})
+	}
+}
+
+// refusedHolderOp is a Renew or Release refused with a 409 (or refused
+// before proposing: no effect).
+func refusedHolderOp(s state, op Op, add func(state)) {
+	switch op.Code {
+	case "not_held":
+		if freeable(s, op.Return) {
+			add(state{Max: s.Max})
+		}
+	case "wrong_token", "wrong_holder":
+		if s.Holder != "" && (s.Holder != op.Holder || s.Token != op.Token) {
+			add(s)
+		}
+	default:
+		add(s)
 	}
 }
