@@ -21,6 +21,14 @@ type Config struct {
 	// OutDir receives the HTML visualisation and the history JSON on a
 	// violation ("": a new directory under os.TempDir()).
 	OutDir string
+	// StrictRefusals checks every "409 held" as a linearizable read of the
+	// holder. SPEC §4 makes only Get linearizable: the leader answers a
+	// refused Grant from its applied state without VerifyLeader, so a
+	// leader that has just lost leadership may name a holder who has
+	// already released. Off (the default), a held answer must name a
+	// holder that some grant of the ticket could have made (a direct
+	// check, "held_unknown_holder").
+	StrictRefusals bool
 }
 
 // Violation is one broken promise.
@@ -73,7 +81,12 @@ func (r *Result) Summary() string {
 func Check(h *History, cfg Config) (*Result, error) {
 	ops := h.Ops()
 	res := &Result{Faults: h.Faults()}
-	b := bounds{deltaNs: int64(h.DeltaMs) * 1e6}
+	b := bounds{deltaNs: int64(h.DeltaMs) * 1e6, strictRefusals: cfg.StrictRefusals}
+	for _, op := range ops {
+		if op.Return < op.Call {
+			return res, fmt.Errorf("safety: op #%d returned (%d ns) before it was called (%d ns): the history clock is not monotonic", op.ID, op.Return, op.Call)
+		}
+	}
 	byTicket := map[string][]Op{}
 	for _, op := range ops {
 		byTicket[op.Ticket] = append(byTicket[op.Ticket], op)

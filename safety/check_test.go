@@ -219,3 +219,29 @@ func TestCheckTimeoutIsFailure(t *testing.T) {
 		t.Fatalf("want porcupine_timeout, got %v", r.Violations)
 	}
 }
+
+// A 409 held is not a linearizable read by default (SPEC §4: only Get
+// is); with StrictRefusals a stale one is caught. Either way, a held
+// answer naming a holder no grant made is caught.
+func TestCheckHeldRefusals(t *testing.T) {
+	stale := func() *History {
+		return newB().grant(0, "x", "a", 0, 10, 5).
+			op(Op{Client: 0, Kind: Release, Ticket: "x", Holder: "a", Token: 5, Call: 20, Return: 30, Outcome: OK}).
+			op(Op{Client: 1, Kind: Grant, Ticket: "x", Holder: "b", Call: 40, Return: 50, Outcome: Refused, Code: "held", RespHolder: "a", RespToken: 5}).h
+	}
+	wantOK(t, stale())
+	r, err := Check(stale(), Config{OutDir: t.TempDir(), StrictRefusals: true})
+	if err != nil || r.OK() {
+		t.Fatalf("strict: a held answer after the release was not caught (%v)", err)
+	}
+	wantCaught(t, newB().grant(0, "x", "a", 0, 10, 5).
+		op(Op{Client: 1, Kind: Grant, Ticket: "x", Holder: "b", Call: 40, Return: 50, Outcome: Refused, Code: "held", RespHolder: "z", RespToken: 3}).h, "held_unknown_holder")
+}
+
+// A history whose clock runs backwards is refused, not checked.
+func TestCheckRefusesBackwardsClock(t *testing.T) {
+	h := newB().op(Op{Client: 0, Kind: Get, Ticket: "x", Call: 20, Return: 10, Outcome: OK}).h
+	if _, err := Check(h, Config{OutDir: t.TempDir()}); err == nil {
+		t.Fatal("a return before its call was accepted")
+	}
+}

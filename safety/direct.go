@@ -62,6 +62,7 @@ func directChecks(name string, ops []Op) []Violation {
 		}
 	}
 	vs = append(vs, tokenOrder(name, ops)...)
+	vs = append(vs, heldNamesAGrant(name, ops)...)
 	vs = append(vs, staleWrites(name, ops)...)
 	vs = append(vs, expiryMoves(name, ops)...)
 	return vs
@@ -162,6 +163,27 @@ func globalTokenChecks(ops []Op) []Violation {
 			continue
 		}
 		seen[op.Token] = op
+	}
+	return vs
+}
+
+// heldNamesAGrant: a "409 held" names a holder who sent a grant of the
+// ticket before the answer came, with the token that grant got (when its
+// answer is known).
+func heldNamesAGrant(name string, ops []Op) []Violation {
+	var vs []Violation
+	for _, r := range ops {
+		if r.Kind != Grant || r.Outcome != Refused || r.Code != "held" {
+			continue
+		}
+		ok := slices.ContainsFunc(ops, func(g Op) bool {
+			return g.Kind == Grant && g.Holder == r.RespHolder && g.Call <= r.Return &&
+				(g.Outcome == Unknown || g.Outcome == OK && g.Token == r.RespToken)
+		})
+		if !ok {
+			vs = append(vs, Violation{Check: "held_unknown_holder", Ticket: name, Ops: []int{r.ID},
+				Detail: fmt.Sprintf("grant #%d refused as held by %s with token %d, which no grant of the ticket could have given", r.ID, r.RespHolder, r.RespToken)})
+		}
 	}
 	return vs
 }

@@ -26,7 +26,12 @@ type state struct {
 const forever = math.MaxInt64 / 2
 
 // bounds computes the model's time arithmetic for one cluster.
-type bounds struct{ deltaNs int64 }
+type bounds struct {
+	deltaNs int64
+	// strictRefusals checks a 409 held as a linearizable read (see
+	// Config.StrictRefusals).
+	strictRefusals bool
+}
 
 // early is the client-side deadline of a lease sent at call.
 func (bounds) early(call int64, leaseS int) int64 {
@@ -64,7 +69,12 @@ func (b bounds) model() porcupine.NondeterministicModel {
 		Step: func(st, in, _ interface{}) []interface{} {
 			return b.step(st.(state), in.(Op))
 		},
-		DescribeOperation: func(in, _ interface{}) string { return in.(Op).String() },
+		DescribeOperation: func(in, _ interface{}) string {
+			if op, ok := in.(Op); ok {
+				return op.String()
+			}
+			return ""
+		},
 		DescribeState: func(st interface{}) string {
 			s := st.(state)
 			if s.Holder == "" {
@@ -84,8 +94,8 @@ func (b bounds) step(s state, op Op) []interface{} {
 		case OK:
 			b.grantOK(s, op, add)
 		case Refused:
-			if op.Code != "held" {
-				add(s) // refused before anything was proposed
+			if op.Code != "held" || !b.strictRefusals {
+				add(s) // refused before anything was proposed; or a held answer from the leader's state, not a read
 				break
 			}
 			if s.Holder != "" && s.Holder == op.RespHolder && tokenMatches(s, op.RespToken) {

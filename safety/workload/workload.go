@@ -127,8 +127,9 @@ func (r *Runner) offsets() map[string]int64 {
 	return r.cfg.Offsets()
 }
 
-// pause waits d or until ctx ends (the clients' think time).
-func pause(ctx context.Context, d time.Duration) bool {
+// Pause waits d or until ctx ends (false: ctx ended). The clients' think
+// time; fault schedules use it too.
+func Pause(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -150,7 +151,7 @@ func (r *Runner) client(ctx context.Context, id int) {
 		}
 		l, ok := r.grant(ctx, id, r.target(rng), name, holder)
 		if !ok {
-			pause(ctx, time.Duration(5+rng.IntN(40))*time.Millisecond)
+			Pause(ctx, time.Duration(5+rng.IntN(40))*time.Millisecond)
 			continue
 		}
 		token, deadline := l.Token, l.Deadline
@@ -169,7 +170,7 @@ func (r *Runner) client(ctx context.Context, id int) {
 			if rng.IntN(6) == 0 {
 				r.get(ctx, id, r.target(rng), name)
 			}
-			if !pause(ctx, time.Duration(rng.Int64N(int64(lease/4)))) {
+			if !Pause(ctx, time.Duration(rng.Int64N(int64(lease/4)))) {
 				break
 			}
 		}
@@ -196,7 +197,11 @@ func classify(err error) (safety.Outcome, string) {
 		case "unknown_outcome", "raft", "timeout", "shutdown", "snapshot":
 			return safety.Unknown, ce.ErrorBody.Error + "/" + ce.Reason
 		}
-		if ce.StatusCode == 503 && (ce.ErrorBody.Error == "not_leader" || ce.Stage != "") {
+		// not_leader is not a refusal: node/consensus maps raft's
+		// ErrLeadershipLost (the entry was appended and may still commit
+		// under the next leader) to it, and a forwarded write may lose
+		// its leader after proposing.
+		if ce.StatusCode == 503 && ce.ErrorBody.Error != "not_leader" && ce.Stage != "" {
 			return safety.Refused, ce.ErrorBody.Error + "/" + ce.Reason
 		}
 		return safety.Unknown, fmt.Sprintf("%d %s/%s", ce.StatusCode, ce.ErrorBody.Error, ce.Reason)
