@@ -237,7 +237,7 @@ func (r *safetyRig) workload(seed uint64) *workload.Runner {
 		targets = append(targets, workload.Target{Name: name, Client: c})
 	}
 	w, err := workload.New(workload.Config{Targets: targets, Clients: 6, Hot: 2, Cold: 10, LeaseS: 1, Seed: seed,
-		Clock: r.now, Offsets: r.offsets, OpTimeout: 3 * time.Second}, r.h)
+		Clock: r.now, Offsets: r.offsets, OpTimeout: 3 * time.Second, Rotate: 20 * time.Second}, r.h)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -384,7 +384,8 @@ func (r *safetyRig) wantSafe() {
 }
 
 // scenarioTime is each scenario's workload duration: short in CI, longer
-// with TCKCLK_SAFETY_SECONDS.
+// with TCKCLK_SAFETY_SECONDS (the long run, docs/testing.md). Tickets
+// rotate every 20 s so each ticket's history stays small for porcupine.
 func scenarioTime(t *testing.T, def time.Duration) time.Duration {
 	if v := os.Getenv("TCKCLK_SAFETY_SECONDS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -497,7 +498,7 @@ func scenarioWith(t *testing.T, opts rigOpts, partitions bool, fault, after func
 				if fault != nil {
 					f = func() { fault(r) }
 				}
-				r.runFor(scenarioTime(t, 15*time.Second), seed, partitions && !broken, f)
+				r.runFor(scenarioTime(t, 12*time.Second), seed, partitions && !broken, f)
 				if !broken {
 					r.wantSafe()
 					if after != nil {

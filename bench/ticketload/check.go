@@ -45,6 +45,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	out := fs.String("out", "", "directory for the HTML and JSON written on a violation (default a new temporary directory)")
 	timeout := fs.Duration("check-timeout", time.Minute, "porcupine's search limit per ticket (running out is a failure)")
 	tokenFile := fs.String("token-file", "", "API bearer token file, if the cluster requires one")
+	rotate := fs.Duration("rotate", 30*time.Second, "move to fresh tickets this often, so each ticket's history stays small enough to check (0: never)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -101,7 +102,8 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if *seed == 0 {
 		*seed = uint64(time.Now().UnixNano())
 	}
-	res, err := check(ctx, targets, *duration, *tickets, *clients, *lease, *seed, *prefix, safety.Config{OutDir: *out, Timeout: *timeout}, stdout)
+	wc := workload.Config{Targets: targets, Clients: *clients, LeaseS: *lease, Seed: *seed, Prefix: *prefix, Rotate: *rotate}
+	res, err := check(ctx, wc, *duration, *tickets, safety.Config{OutDir: *out, Timeout: *timeout}, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "ticketload check: %v\n", err)
 		return 1
@@ -112,23 +114,22 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return 0
 }
 
-func check(ctx context.Context, targets []workload.Target, d time.Duration, tickets, clients, lease int, seed uint64, prefix string,
-	cc safety.Config, stdout io.Writer) (*safety.Result, error) {
+func check(ctx context.Context, wc workload.Config, d time.Duration, tickets int, cc safety.Config, stdout io.Writer) (*safety.Result, error) {
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	st, err := targets[0].Client.Status(sctx)
+	st, err := wc.Targets[0].Client.Status(sctx)
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("status of %s: %w", targets[0].Name, err)
+		return nil, fmt.Errorf("status of %s: %w", wc.Targets[0].Name, err)
 	}
-	hot := max(1, tickets/4)
+	wc.Hot = max(1, tickets/4)
+	wc.Cold = max(1, tickets-wc.Hot)
 	h := safety.NewHistory(st.DeltaMs)
-	w, err := workload.New(workload.Config{Targets: targets, Clients: clients, Hot: hot, Cold: max(1, tickets-hot),
-		Prefix: prefix, LeaseS: lease, Seed: seed}, h)
+	w, err := workload.New(wc, h)
 	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(stdout, "check: %d nodes, Δ %d ms, %d clients, %d hot + %d cold tickets named %s*, lease %d s, seed %d, for %v\n",
-		len(targets), st.DeltaMs, clients, hot, max(1, tickets-hot), prefix, lease, seed, d)
+		len(wc.Targets), st.DeltaMs, wc.Clients, wc.Hot, wc.Cold, wc.Prefix, wc.LeaseS, wc.Seed, d)
 	rctx, cancel := context.WithTimeout(ctx, d)
 	w.Run(rctx)
 	cancel()

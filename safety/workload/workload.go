@@ -43,6 +43,11 @@ type Config struct {
 	Offsets func() map[string]int64
 	// OpTimeout bounds one request (default 3 s).
 	OpTimeout time.Duration
+	// Rotate, if set, moves the clients to a fresh set of tickets (the
+	// names carry a round number) every Rotate of the history clock, so
+	// each ticket's history stays small enough for porcupine in a long
+	// run.
+	Rotate time.Duration
 }
 
 // Register is the fencing register of one run: per ticket it accepts a
@@ -112,10 +117,14 @@ func (r *Runner) Run(ctx context.Context) {
 }
 
 func (r *Runner) ticketName(rng *rand.Rand) string {
-	if rng.IntN(4) < 3 {
-		return fmt.Sprintf("%shot-%d", r.cfg.Prefix, rng.IntN(r.cfg.Hot))
+	p := r.cfg.Prefix
+	if r.cfg.Rotate > 0 {
+		p += fmt.Sprintf("r%d-", r.Now()/int64(r.cfg.Rotate))
 	}
-	return fmt.Sprintf("%scold-%d", r.cfg.Prefix, rng.IntN(r.cfg.Cold))
+	if rng.IntN(4) < 3 {
+		return fmt.Sprintf("%shot-%d", p, rng.IntN(r.cfg.Hot))
+	}
+	return fmt.Sprintf("%scold-%d", p, rng.IntN(r.cfg.Cold))
 }
 
 func (r *Runner) target(rng *rand.Rand) Target { return r.cfg.Targets[rng.IntN(len(r.cfg.Targets))] }
