@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
+	"github.com/tckclk/tckclk/node/cluster/faultnet"
 	"github.com/tckclk/tckclk/protocol"
 	"github.com/tckclk/tckclk/safety"
 	"github.com/tckclk/tckclk/safety/workload"
@@ -30,12 +31,14 @@ import (
 // client-side deadline instants are on the clock the offsets are
 // measured against.
 type safetyRig struct {
-	t      *testing.T
-	tc     *testCluster
-	faults *netFaults
-	delta  uint64
-	truth  atomic.Int64
-	h      *safety.History
+	t  *testing.T
+	tc *testCluster
+	// meshNet and gossipNet carry the nodes' mesh and gossip traffic
+	// (node/cluster/faultnet): partitions and delays by node name.
+	meshNet, gossipNet *faultnet.Net
+	delta              uint64
+	truth              atomic.Int64
+	h                  *safety.History
 
 	mu      sync.Mutex
 	members map[string]*clusterMember // the ones the driver advances
@@ -61,9 +64,8 @@ type safetyRig struct {
 type rigOpts struct {
 	offsetsMs map[string]int64 // injected at start (n1..n3)
 	broken    bool             // the deliberately broken variant: the leader expires Δ early
-	// joiner: no mesh faults (a node joins mid-run: netFaults reads the
-	// cluster's node map unlocked), n4 can join, and logs are truncated
-	// after 4 entries so it catches up by installing a snapshot.
+	// joiner: n4 can join mid-run, and logs are truncated after 4
+	// entries so it catches up by installing a snapshot.
 	joiner bool
 }
 
@@ -76,9 +78,7 @@ func newSafetyRig(t *testing.T, opts rigOpts) *safetyRig {
 	}
 	r := &safetyRig{t: t, tc: newTestCluster(t, names...), members: map[string]*clusterMember{},
 		offMs: map[string]int64{}, probing: map[string]bool{}, stop: make(chan struct{}), opts: opts}
-	if !opts.joiner {
-		r.faults = newNetFaults(r.tc)
-	}
+	r.meshNet, r.gossipNet = withFaults(r.tc)
 	for _, o := range opts.offsetsMs {
 		r.lowest = min(r.lowest, o)
 	}
@@ -297,10 +297,15 @@ func (r *safetyRig) healthy() []string {
 	return out
 }
 
+func (r *safetyRig) healNets() {
+	r.meshNet.HealAll()
+	r.gossipNet.HealAll()
+}
+
 // churn moves leadership between the healthy nodes every ~600 ms (the
 // slowest clock's grants then meet the fastest clock's expiries) and,
-// when partitions is set, now and then isolates the leader for a second,
-// until ctx ends.
+// when partitions is set, now and then isolates the leader or slows one
+// of its links for a second, until ctx ends.
 func (r *safetyRig) churn(ctx context.Context, seed uint64, partitions bool) {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	for workload.Pause(ctx, time.Duration(400+rng.IntN(400))*time.Millisecond) {
@@ -308,13 +313,20 @@ func (r *safetyRig) churn(ctx context.Context, seed uint64, partitions bool) {
 		if len(hs) < 2 {
 			continue
 		}
-		if partitions && r.faults != nil && rng.IntN(4) == 0 {
+		if partitions && rng.IntN(3) == 0 {
 			r.faultMu.Lock()
 			if l := r.leaderName(); l != "" {
-				r.faults.isolate(l)
-				r.h.Fault("partition")
+				if rng.IntN(2) == 0 { // the leader cut off, mesh and gossip
+					r.meshNet.Isolate(l)
+					r.gossipNet.Isolate(l)
+					r.h.Fault("partition")
+				} else { // a slow, jittery link from the leader to one follower
+					to := hs[rng.IntN(len(hs))]
+					r.meshNet.Set(l, to, faultnet.Rule{Delay: 30 * time.Millisecond, Jitter: 40 * time.Millisecond})
+					r.h.Fault("delay")
+				}
 				workload.Pause(ctx, time.Second)
-				r.faults.heal()
+				r.healNets()
 			}
 			r.faultMu.Unlock()
 			continue
@@ -350,9 +362,7 @@ func (r *safetyRig) runFor(d time.Duration, seed uint64, partitions bool, fault 
 		})
 	}
 	wg.Wait()
-	if r.faults != nil {
-		r.faults.heal()
-	}
+	r.healNets()
 }
 
 // check checks the history; outDir "" keeps the files of a violation.
