@@ -126,6 +126,13 @@ func newSafetyRig(t *testing.T, opts rigOpts) *safetyRig {
 func (r *safetyRig) edit(c *Config) {
 	c.Clock.DeltaMs = safetyDelta
 	c.Clock.MaxOffsetMs = safetyDelta / 2
+	// A probe's round trip is measured in virtual time, which runs on
+	// while a starved machine delays the exchange: the widest rtt limit,
+	// and a 3 s real-time dial/answer timeout (the driver fires probes,
+	// so the interval only sets staleness: 15 s of virtual time).
+	c.Clock.MaxRTTMs = safetyDelta / 2
+	c.Clock.ProbeTimeoutMs = 3000
+	c.Clock.ProbeIntervalMs = 5000
 	if r.opts.joiner {
 		c.Cluster.Raft.TrailingLogs = 4
 		c.Cluster.Raft.SnapshotInterval = time.Hour // snapshots are forced
@@ -425,10 +432,10 @@ func scenarioSeed(t *testing.T) uint64 {
 // leaves an offset of Δ/4 healthy.
 const safetyDelta = 1000
 
-// skewWithin: the nodes −300, 0 and +300 ms off true time (every pair
+// skewWithin: the nodes −200, 0 and +200 ms off true time (every pair
 // within Δ/2 of each other... within Δ: the SPEC's promise), so the
 // slowest clock grants and the fastest expires.
-var skewWithin = map[string]int64{"n1": -300, "n2": 0, "n3": 300}
+var skewWithin = map[string]int64{"n1": -200, "n2": 0, "n3": 200}
 
 // faultFailed reports a fault schedule that did not go as planned (from
 // the fault's goroutine: an error, never FailNow): an error in the
@@ -591,7 +598,7 @@ func TestSafetySteppedLeapSecond(t *testing.T) {
 // tickets are byte-identical to the leader's (snapshot and replacement
 // never add Δ or extend an expiry).
 func TestSafetySnapshotInstallAndReplacement(t *testing.T) {
-	offsets := map[string]int64{"n1": -300, "n2": 0, "n3": 300, "n4": 0}
+	offsets := map[string]int64{"n1": -200, "n2": 0, "n3": 200, "n4": 0}
 	scenarioWith(t, rigOpts{offsetsMs: offsets, joiner: true}, false, func(r *safetyRig) {
 		r.faultMu.Lock()
 		defer r.faultMu.Unlock()
