@@ -245,3 +245,12 @@ func TestCheckRefusesBackwardsClock(t *testing.T) {
 		t.Fatal("a return before its call was accepted")
 	}
 }
+
+// A Renew at the very instants of the reads around it (a history clock
+// that did not move) still explains a later expiry (closed intervals).
+func TestCheckRenewAtEqualInstants(t *testing.T) {
+	wantOK(t, newB().grant(0, "x", "a", 0, 10, 5).
+		op(Op{Client: 0, Kind: Get, Ticket: "x", Call: 20, Return: 30, Outcome: OK, RespHolder: "a", RespToken: 5, ServerExpiryMs: 1500}).
+		op(Op{Client: 0, Kind: Renew, Ticket: "x", Holder: "a", Token: 5, Call: 30, Return: 30, Outcome: OK}).
+		op(Op{Client: 0, Kind: Get, Ticket: "x", Call: 30, Return: 30, Outcome: OK, RespHolder: "a", RespToken: 5, ServerExpiryMs: 2030}).h)
+}

@@ -138,7 +138,8 @@ func expiryMoves(name string, ops []Op) []Violation {
 				continue
 			}
 			renewed := slices.ContainsFunc(renews, func(r Op) bool {
-				return r.Token == a.RespToken && r.Call < c.Return && (r.Outcome == Unknown || r.Return > a.Call)
+				// closed intervals: a starved history clock can give equal instants
+				return r.Token == a.RespToken && r.Call <= c.Return && (r.Outcome == Unknown || r.Return >= a.Call)
 			})
 			if !renewed {
 				vs = append(vs, Violation{Check: "expiry_moved", Ticket: name, Ops: []int{a.ID, c.ID},
