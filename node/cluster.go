@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/hashicorp/go-hclog"
 	"io"
 	"log/slog"
 	"net"
@@ -166,7 +167,17 @@ func (cl *clusterNode) listenMesh(h *clusterHooks) error {
 	if cl.mesh, err = mesh.Listen(mc); err != nil {
 		return fmt.Errorf("node: mesh: %w", err)
 	}
-	cl.tr = newContactTransport(raft.NewNetworkTransport(mesh.NewStreamLayer(cl.mesh, mesh.ClassRaft), 3, 10*time.Second, io.Discard))
+	// MaxRPCsInFlight 1: no pipelined replication. hashicorp/raft's
+	// pipeline (v1.7.3) can deadlock when a follower answers an
+	// AppendEntries with Success=false while entries are in flight: the
+	// send parks on inprogressCh, the decoder on doneCh, replicate never
+	// returns, so that follower gets no more entries and Shutdown hangs
+	// (seen under leader changes and load in node/safety_test.go; the
+	// same analysis as grafana/pyroscope#5518).
+	cl.tr = newContactTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: mesh.NewStreamLayer(cl.mesh, mesh.ClassRaft), MaxPool: 3, Timeout: 10 * time.Second, MaxRPCsInFlight: 1,
+		Logger: hclog.New(&hclog.LoggerOptions{Name: "raft-net", Output: io.Discard}),
+	}))
 	cl.log.Info("mesh listening", "addr", cl.mesh.Addr(), "tls", tlsConf != nil)
 	return nil
 }

@@ -59,6 +59,12 @@ type Deps struct {
 	Transport raft.Transport
 
 	built func(*Node) // tests in this package: the node, once built
+	// brokenExpireEarly (tests in this package only: the safety scenarios
+	// prove they can fail) makes the leader stamp its Expire entries Δ
+	// ahead of its clock, so tickets are freed as if their expiries
+	// carried no Δ: the bug SPEC §4's expiry rule exists to prevent.
+	// Unexported: no production caller can set it.
+	brokenExpireEarly bool
 	// Reload asks the run loop to re-read what can change without a
 	// restart (SIGHUP): today the trust map (cluster.internode.
 	// trusted_peer_keys), from ReloadConfig. A bad new config is refused
@@ -108,6 +114,7 @@ type Node struct {
 	handedOff     atomic.Bool   // a stop transferred leadership (tests read it)
 	started       time.Time     // when newNode ran (liveness boot grace)
 	leaderChanges prometheus.Counter
+	expireEarly   bool // Deps.brokenExpireEarly (tests only)
 }
 
 // RunWith is Run with injected dependencies. Start-up order (SPEC §3.5):
@@ -136,8 +143,8 @@ func newNode(cfg Config, deps *Deps) (*Node, error) {
 	n := &Node{
 		cfg: cfg, log: deps.Logger, guard: deps.Guard, stage: newStageHolder(),
 		expiry: deps.ExpiryInterval, fsm: ticket.New(cfg.Clock.DeltaMs), notify: make(chan bool, 16),
-		started: time.Now(),
-		waits:   newWaitHub(cfg.API.MaxWaiters, cfg.API.MaxWatchers),
+		started: time.Now(), expireEarly: deps.brokenExpireEarly,
+		waits: newWaitHub(cfg.API.MaxWaiters, cfg.API.MaxWatchers),
 	}
 	n.fsm.OnChange(n.waits.changed)
 	if n.log == nil {

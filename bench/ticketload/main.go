@@ -31,6 +31,11 @@
 // /readyz and prints how long that took (restart time); -snapshot asks for
 // a Raft snapshot (admin token) and prints its index, size and duration.
 //
+// Check mode runs the safety workload and checker against a live cluster
+// (issue 13; see check.go):
+//
+//	ticketload check --addrs A,B,C --duration 10m --tickets 8 --prefix P
+//
 // Exit status: 0 ok, 1 the run failed, 2 bad usage.
 package main
 
@@ -69,6 +74,9 @@ type options struct {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "check" {
+		return runCheck(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("ticketload", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options

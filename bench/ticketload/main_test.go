@@ -8,10 +8,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -229,5 +231,76 @@ func TestCompareWithEtcd(t *testing.T) {
 	}
 	if l := listTickets(t, url, "bench-"); len(l.Tickets) != 0 {
 		t.Fatalf("the server still holds %d bench tickets after the run, e.g. %+v", len(l.Tickets), l.Tickets[0])
+	}
+}
+
+// Issue 13 item 5: check mode against a live (single) node: the workload
+// runs, every op is checked, no violation; bad usage exits 2.
+func TestCheckMode(t *testing.T) {
+	url := startTicketd(t)
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"check", "--addrs", url, "--duration", "3s", "--tickets", "4", "--prefix", "chk-", "--lease", "1", "--seed", "7"}, &out, &errb)
+	t.Log(out.String(), errb.String())
+	if code != 0 || !strings.Contains(out.String(), "violations 0") {
+		t.Fatalf("check exited %d:\n%s%s", code, out.String(), errb.String())
+	}
+	var ops int
+	if _, err := fmt.Sscanf(out.String()[strings.Index(out.String(), "ops checked"):], "ops checked %d", &ops); err != nil || ops < 20 {
+		t.Fatalf("ops checked %d (%v): the workload did not run", ops, err)
+	}
+	c, err := client.New(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := c.List(context.Background(), "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range list.Tickets {
+		if !strings.HasPrefix(tk.Name, "chk-") {
+			t.Fatalf("check touched %q, outside its prefix", tk.Name)
+		}
+	}
+	for _, args := range [][]string{{"check"}, {"check", "--addrs", url, "--prefix", "/bad"}, {"check", "--addrs", url, "--lease", "251"}} {
+		if code := run(context.Background(), args, io.Discard, io.Discard); code != 2 {
+			t.Errorf("%v exited %d, want 2", args, code)
+		}
+	}
+}
+
+// A server that grants every ticket to everyone: check mode finds the
+// double holders, exits 1 and writes the HTML and the history JSON.
+func TestCheckModeCatchesDoubleGrant(t *testing.T) {
+	var mu sync.Mutex
+	var tok uint64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/v1/status":
+			fmt.Fprint(w, `{"delta_ms":500}`)
+		case strings.HasSuffix(r.URL.Path, "/grant"), strings.HasSuffix(r.URL.Path, "/renew"):
+			mu.Lock()
+			tok++
+			n := tok
+			mu.Unlock()
+			fmt.Fprintf(w, `{"name":"x","holder":"h","token":%d,"lease_s":1,"remaining_ms":1000}`, n)
+		case strings.HasSuffix(r.URL.Path, "/release"):
+			fmt.Fprint(w, `{"released":true}`)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, `{"error":"not_found","message":"no"}`)
+		}
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	var out bytes.Buffer
+	code := run(context.Background(), []string{"check", "--addrs", srv.URL, "--duration", "1s", "--tickets", "2", "--lease", "1", "--out", dir}, &out, io.Discard)
+	t.Log(out.String())
+	if code != 1 || !strings.Contains(out.String(), "violation: overlap") {
+		t.Fatalf("check of a double-granting server exited %d:\n%s", code, out.String())
+	}
+	for _, f := range []string{"history.json", "ticket-*.html"} {
+		if m, _ := filepath.Glob(filepath.Join(dir, f)); len(m) == 0 {
+			t.Errorf("%s not written in %s", f, dir)
+		}
 	}
 }
