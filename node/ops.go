@@ -380,7 +380,7 @@ func (n *Node) expireDue(ctx context.Context, now time.Time) {
 		switch {
 		case err == nil:
 			result = r.Code.String()
-		case errors.Is(err, consensus.ErrShutdown), errors.Is(err, consensus.ErrNotLeader):
+		case errors.Is(err, consensus.ErrShutdown), errors.Is(err, consensus.ErrNotLeader), errors.Is(err, consensus.ErrUnknownOutcome):
 			result = "unavailable"
 		}
 		n.metrics.Observe("expire", result, time.Since(start))

@@ -53,7 +53,19 @@ func (b bounds) late(ret int64, leaseS int) int64 {
 // freeable: could the ticket have been freed by Expire by ret?
 func freeable(s state, ret int64) bool { return s.Holder == "" || s.Early <= ret }
 
-func tokenMatches(s state, tok uint64) bool { return s.Token == 0 || s.Token == tok }
+// tokenMatches: tok is the state's token, or the state's token is not
+// known yet (an unknown-outcome Grant applied) and tok is a new one, above
+// every token granted before it.
+func tokenMatches(s state, tok uint64) bool {
+	return s.Token == tok || (s.Token == 0 && tok > s.Max)
+}
+
+// learn records a token seen for the state's unknown grant.
+func learn(s state, tok uint64) state {
+	s.Token = tok
+	s.Max = max(s.Max, tok)
+	return s
+}
 
 // pmodel is model as porcupine checks it.
 func (b bounds) pmodel() porcupine.Model {
@@ -99,15 +111,15 @@ func (b bounds) step(s state, op Op) []interface{} {
 				break
 			}
 			if s.Holder != "" && s.Holder == op.RespHolder && tokenMatches(s, op.RespToken) {
-				s.Token = op.RespToken
-				add(s)
+				add(learn(s, op.RespToken))
 			}
 		case Unknown:
-			add(s)
-			if s.Holder == op.Holder {
-				break // idempotent: unchanged
-			}
-			if freeable(s, op.Return) {
+			add(s) // not applied, or the holder's idempotent repeat
+			// Applied as a new grant: on a free ticket, or once the
+			// previous lease — the same holder's included — could have
+			// ended (an unknown op may take effect at any later time).
+			// Its token is not known: the next one seen must be above Max.
+			if freeable(s, op.Return) && (s.Holder != op.Holder || s.Token != 0) {
 				add(state{Holder: op.Holder, Early: b.early(op.Call, op.LeaseS), Late: forever, Max: s.Max})
 			}
 		}
@@ -116,7 +128,8 @@ func (b bounds) step(s state, op Op) []interface{} {
 		switch op.Outcome {
 		case OK:
 			if match && op.Call <= s.Late {
-				s.Token, s.Early, s.Late = op.Token, op.Deadline, b.late(op.Return, op.LeaseS)
+				s = learn(s, op.Token)
+				s.Early, s.Late = op.Deadline, b.late(op.Return, op.LeaseS)
 				add(s)
 			}
 		case Refused:
@@ -130,7 +143,8 @@ func (b bounds) step(s state, op Op) []interface{} {
 		case Unknown:
 			add(s)
 			if match && op.Call <= s.Late {
-				s.Token, s.Early, s.Late = op.Token, b.early(op.Call, op.LeaseS), forever
+				s = learn(s, op.Token)
+				s.Early, s.Late = b.early(op.Call, op.LeaseS), forever
 				add(s)
 			}
 		}
@@ -157,8 +171,7 @@ func (b bounds) step(s state, op Op) []interface{} {
 					add(state{Max: s.Max})
 				}
 			} else if s.Holder == op.RespHolder && tokenMatches(s, op.RespToken) {
-				s.Token = op.RespToken
-				add(s)
+				add(learn(s, op.RespToken))
 			}
 		default:
 			add(s)
@@ -174,8 +187,8 @@ func (b bounds) step(s state, op Op) []interface{} {
 // or the previous lease may have ended by the grant's return.
 func (b bounds) grantOK(s state, op Op, add func(state)) {
 	if s.Holder == op.Holder && tokenMatches(s, op.Token) {
-		x := s
-		x.Token, x.Early = op.Token, max(s.Early, op.Deadline)
+		x := learn(s, op.Token)
+		x.Early = max(s.Early, op.Deadline)
 		add(x)
 	}
 	if op.Token > s.Max && freeable(s, op.Return) && !(s.Holder == op.Holder && s.Token == op.Token) {

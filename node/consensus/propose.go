@@ -17,8 +17,8 @@ var (
 	ErrNotLeader = errors.New("consensus: not the leader")
 	// ErrShutdown: Raft is shutting down.
 	ErrShutdown = errors.New("consensus: raft is shut down")
-	// ErrUnknownOutcome: the caller's context ended while the entry was in
-	// flight; it may still commit.
+	// ErrUnknownOutcome: the entry was in flight when the caller's context
+	// ended or this leader was deposed; it may still commit.
 	ErrUnknownOutcome = errors.New("consensus: outcome unknown (the request ended while the entry was in flight)")
 )
 
@@ -29,7 +29,11 @@ func mapErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
+	case errors.Is(err, raft.ErrLeadershipLost):
+		// Deposed with the entry in flight: the new leader may still
+		// commit it (hashicorp/raft's own doc), so this is not a refusal.
+		return fmt.Errorf("%w: leadership was lost with the entry in flight, it may still commit: %v", ErrUnknownOutcome, err)
+	case errors.Is(err, raft.ErrNotLeader),
 		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrNotVoter):
 		return fmt.Errorf("%w: %v", ErrNotLeader, err)
 	case errors.Is(err, raft.ErrRaftShutdown):

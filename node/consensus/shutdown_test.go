@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -82,5 +83,20 @@ func TestCloseUnblocksAStuckShutdown(t *testing.T) {
 	case <-unblocked:
 	default:
 		t.Fatal("Close returned without calling Unblock: the RPC was not stuck")
+	}
+}
+
+// hashicorp/raft's ErrLeadershipLost means the entry may still commit
+// under the next leader: an unknown outcome, never "not the leader,
+// nothing committed" (the safety scenarios saw such a Grant applied).
+func TestLeadershipLostIsAnUnknownOutcome(t *testing.T) {
+	err := mapErr(raft.ErrLeadershipLost)
+	if !errors.Is(err, ErrUnknownOutcome) || errors.Is(err, ErrNotLeader) {
+		t.Fatalf("ErrLeadershipLost maps to %v", err)
+	}
+	for _, e := range []error{raft.ErrNotLeader, raft.ErrLeadershipTransferInProgress, raft.ErrNotVoter} {
+		if err := mapErr(e); !errors.Is(err, ErrNotLeader) {
+			t.Errorf("%v maps to %v, want ErrNotLeader (refused before the log)", e, err)
+		}
 	}
 }
