@@ -202,6 +202,10 @@ func TestComposeCluster(t *testing.T) {
 	if out, err := exec.Command("sh", "compose/compose-keys.sh", keys).CombinedOutput(); err == nil || !strings.Contains(string(out), "refusing to overwrite") {
 		t.Fatalf("compose-keys.sh over existing keys: %v %s; want a refusal", err, out)
 	}
+	// Wider clock limits for a CI host loaded by other tests (as
+	// testClockFlags in demo_test.go): at Δ 500 ms one agent exchange
+	// delayed past max_rtt_ms 125 failed a node for good (seen: rtt 310 ms).
+	widenClockLimits(t, keys)
 	st, err := os.Stat(filepath.Join(keys, "gossip.key"))
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("gossip.key: %v %v; want mode 0600", st, err)
@@ -350,4 +354,27 @@ func TestComposeCluster(t *testing.T) {
 		t.Fatalf("grant through the replacement node-4: %v", err)
 	}
 	t.Logf("node-4 replaced %s; whole run %v", leader, time.Since(start).Round(time.Second))
+}
+
+// widenClockLimits adds testClockFlags' limits to every node config
+// compose-keys.sh wrote (keeping each file's owner and mode).
+func widenClockLimits(t *testing.T, keys string) {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(keys, "node-*.yaml"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("node configs in %s: %v", keys, err)
+	}
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wide := strings.Replace(string(data), "\nclock:\n", "\nclock:\n  delta_ms: 12000\n  probe_interval_ms: 3000\n  probe_timeout_ms: 3000\n  staleness_ms: 30000\n", 1)
+		if wide == string(data) {
+			t.Fatalf("%s has no clock: section", p)
+		}
+		if err := os.WriteFile(p, []byte(wide), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

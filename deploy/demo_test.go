@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -24,7 +25,10 @@ import (
 const testClockFlags = "--clock.delta_ms 12000 --clock.probe_interval_ms 3000 --clock.probe_timeout_ms 3000 --clock.staleness_ms 30000"
 
 // freePorts returns n distinct loopback ports free for TCP and UDP (gossip
-// needs both) at the time of the call.
+// needs both) at the time of the call. They are drawn below the kernel's
+// ephemeral range (ip_local_port_range, 32768+ by default), so another
+// test's port-0 listener cannot take one between this check and the demo
+// binding it (seen: a gossip port taken that way).
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
 	var ports []int
@@ -34,12 +38,20 @@ func freePorts(t *testing.T, n int) []int {
 			c()
 		}
 	}()
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	seen := map[int]bool{}
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 2000 {
+			t.Fatalf("found only %d free ports below the ephemeral range", len(ports))
 		}
-		port := l.Addr().(*net.TCPAddr).Port
+		port := 20000 + mrand.IntN(12000)
+		if seen[port] {
+			continue
+		}
+		seen[port] = true
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
 		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
 			l.Close()
