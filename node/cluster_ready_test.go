@@ -11,6 +11,7 @@ import (
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
 	"github.com/tckclk/tckclk/node/cluster/membership"
+	"github.com/tckclk/tckclk/node/cluster/peerstatus"
 	"github.com/tckclk/tckclk/node/cluster/reconcile"
 	"github.com/tckclk/tckclk/protocol"
 )
@@ -278,7 +279,7 @@ func TestClusterJoinAndPromote(t *testing.T) {
 	})
 	tc.start("n3", first.gossipAddr(), 0)
 	tc.start("n4", first.gossipAddr(), 0)
-	waitFor(t, "three voters and one standby", 15*time.Second, func() bool {
+	waitFor(t, "three voters and one standby", 30*time.Second, func() bool {
 		v, nv, all := roles(lc.n, tc.names...)
 		return all && v == 3 && nv == 1
 	})
@@ -336,8 +337,14 @@ func TestClusterSafeBootstrapAsksPeers(t *testing.T) {
 		n1meta, ok = memberMeta(x.n, "n1")
 		return ok && n1meta.MeshAddr != ""
 	})
-	st, err := x.n.cl.queryPeer(bg, "n1", n1meta.MeshAddr)
-	if err != nil || !st.HasState || st.LastIndex == 0 {
+	// (Retried: under load one query can run out of its deadline.)
+	var st peerstatus.Status
+	var err error
+	waitFor(t, "n1's peer status", 15*time.Second, func() bool {
+		st, err = x.n.cl.queryPeer(bg, "n1", n1meta.MeshAddr)
+		return err == nil
+	})
+	if !st.HasState || st.LastIndex == 0 {
 		t.Fatalf("n1's peer status: %+v, %v (want Raft state and a log)", st, err)
 	}
 	servers := []raft.Server{{ID: "n1", Address: raft.ServerAddress(n1meta.MeshAddr)}, {ID: "x4", Address: raft.ServerAddress(x.n.cl.mesh.Addr())}}
