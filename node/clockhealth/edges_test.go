@@ -312,3 +312,25 @@ func TestErrorText(t *testing.T) {
 		t.Error("zero Secrets collide with an empty secret")
 	}
 }
+
+// /v1/status counts every exchange per agent and clock_sample_rtt_ms is the
+// round trip of the last healthy sample (SPEC §5 metrics): an agent that
+// takes 7 ms of the monitor's clock to answer shows rtt 7 after each of
+// three rounds, and 3 exchanges, 3 ok.
+func TestExchangesCountedAndRTTExported(t *testing.T) {
+	var hs *harness
+	hs = newHarness(t, func(req protocol.Request) clockhealthtest.Reply {
+		hs.clk.Advance(7 * time.Millisecond) // the answer takes 7 ms
+		return clockhealthtest.Reply{Bytes: hs.agent.Sign(req.Nonce, uint64(hs.clk.WallNs()/1e6), 3, true, 100)}
+	}, nil)
+	for round := 1; round <= 3; round++ {
+		hs.pass(1)
+		if v, ok := metric(t, hs.reg, "clock_sample_rtt_ms", "", ""); !ok || v != 7 {
+			t.Fatalf("round %d: clock_sample_rtt_ms = %v (%v), want 7", round, v, ok)
+		}
+	}
+	st := hs.mon.Status()
+	if len(st.Agents) != 1 || st.Agents[0].Exchanges != 3 || st.Agents[0].OK != 3 {
+		t.Fatalf("agent status %+v, want 3 exchanges, 3 ok", st.Agents)
+	}
+}
