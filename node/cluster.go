@@ -123,6 +123,31 @@ func (a *advertised) AdvertisedKey(id string) (ed25519.PublicKey, bool) {
 	return m.AdvertisedKey(id)
 }
 
+// errNoMeshAddr: gossip has no live mesh address for a server (Raft then
+// dials the address in its configuration).
+var errNoMeshAddr = errors.New("no live mesh address in gossip")
+
+// ServerAddr implements raft.ServerAddressProvider: Raft dials a peer at
+// the mesh address it advertises in gossip now, not the one its Raft
+// configuration recorded when it was added. A voter restarted on another
+// mesh port (auto-picked in 7950–7959, then ephemeral) is reached at once;
+// without it the leader kept dialing the old port and the voter, cut off,
+// campaigned alone (seen in the failover trials of bench/tckbench).
+func (a *advertised) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
+	a.mu.Lock()
+	m := a.mem
+	a.mu.Unlock()
+	if m == nil {
+		return "", errNoMeshAddr
+	}
+	for _, mb := range m.Members() {
+		if mb.ID == string(id) && mb.State == membership.StateAlive && mb.Meta.MeshAddr != "" {
+			return raft.ServerAddress(mb.Meta.MeshAddr), nil
+		}
+	}
+	return "", errNoMeshAddr
+}
+
 // loadCluster loads the identity, the trust map and the gossip secret:
 // every refusal is a *config.Error naming the key.
 func (n *Node) loadCluster() (*clusterNode, error) {
@@ -176,7 +201,8 @@ func (cl *clusterNode) listenMesh(h *clusterHooks) error {
 	// same analysis as grafana/pyroscope#5518).
 	cl.tr = newContactTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: mesh.NewStreamLayer(cl.mesh, mesh.ClassRaft), MaxPool: 3, Timeout: 10 * time.Second, MaxRPCsInFlight: 1,
-		Logger: hclog.New(&hclog.LoggerOptions{Name: "raft-net", Output: io.Discard}),
+		ServerAddressProvider: &cl.adv, // the peer's mesh address from gossip
+		Logger:                hclog.New(&hclog.LoggerOptions{Name: "raft-net", Output: io.Discard}),
 	}))
 	cl.log.Info("mesh listening", "addr", cl.mesh.Addr(), "tls", tlsConf != nil)
 	return nil

@@ -382,3 +382,40 @@ func (rawDelegate) NotifyMsg([]byte)                {}
 func (rawDelegate) GetBroadcasts(int, int) [][]byte { return nil }
 func (rawDelegate) LocalState(bool) []byte          { return nil }
 func (rawDelegate) MergeRemoteState([]byte, bool)   {}
+
+// SPEC §5 (a node restarting on a new address rejoins): a voter restarted
+// on another mesh port is reached by the leader at once — Raft dials the
+// mesh address gossip advertises, not the one its configuration recorded —
+// so it catches up on what was committed while it was away instead of
+// campaigning alone at the old address.
+func TestClusterVoterRestartsOnNewMeshPort(t *testing.T) {
+	tc, leader := formThree(t)
+	lc := tc.nodes[leader]
+	victim := tc.others(leader)[0].n.cfg.Cluster.Name
+	old := tc.nodes[victim]
+	oldAddr := old.n.cl.mesh.Addr()
+	cfg := old.an.cfg
+	if err := old.tn.stop(); err != nil {
+		t.Fatalf("stop %s: %v", victim, err)
+	}
+	g, _ := grantRetry(t, lc, "while-away", "h", 60)
+	// Restarted with its mesh on an ephemeral port (the harness's default):
+	// a new address, the old one in the leader's Raft configuration.
+	nc := tc.startWith(victim, lc.gossipAddr(), cfg.Cluster.Raft.BootstrapExpect, func(c *Config) {
+		c.Cluster.Raft = cfg.Cluster.Raft
+	})
+	if nc.n.cl.mesh.Addr() == oldAddr {
+		t.Skipf("the ephemeral port came back the same (%s): nothing to test this time", oldAddr)
+	}
+	waitFor(t, victim+" applied the grant made while it was away", 20*time.Second, func() bool {
+		st, err := nc.tn.c.Status(bg)
+		return err == nil && st.Raft.AppliedIndex >= g.Token
+	})
+	waitFor(t, victim+" ready with a leader", 20*time.Second, func() bool {
+		st, err := nc.tn.c.Status(bg)
+		return err == nil && st.Ready && st.Leader != ""
+	})
+	if ls := tc.leaders(); len(ls) != 1 {
+		t.Fatalf("leaders after the restart: %v", ls)
+	}
+}
