@@ -21,6 +21,7 @@ import (
 	"github.com/tckclk/tckclk/node/api/client"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
 )
 
 // Cycler does one lock cycle (acquire + release) for client i.
@@ -143,7 +144,7 @@ type Etcd struct {
 // client's mutex on its own prefix; Handoff: all on one; Contended:
 // client i on prefix i mod names.
 func NewEtcd(ctx context.Context, endpoints []string, clients int, wait time.Duration, mode Mode, names int) (*Etcd, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, err
 	}
