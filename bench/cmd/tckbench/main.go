@@ -62,6 +62,8 @@ type options struct {
 	keep             bool
 	ticketdFlags     []string
 	only             string
+	profile          string
+	strace           bool
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -82,6 +84,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.keep, "keep", false, "keep the temp dir (data, keys, logs)")
 	tflags := fs.String("ticketd-flags", "", "extra ticketd flags (space-separated), e.g. for an experiment")
 	fs.StringVar(&o.only, "only", "", "run only this system (etcd or ticketd): for profiling, no ratios")
+	fs.StringVar(&o.profile, "profile", "", "diagnostics: give each ticketd --debug.pprof and save the leader's CPU, block and mutex profiles of every window in this directory")
+	fs.BoolVar(&o.strace, "strace", false, "diagnostics: count each leader's fsyncs per Raft entry with strace (slows the servers: not for the figures)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -180,6 +184,7 @@ type measured struct {
 	Nodes    int         `json:"nodes"`
 	Result   load.Result `json:"result"`
 	CPU      cpuUse      `json:"cpu"`
+	Diag     *diag       `json:"diag,omitempty"`
 }
 
 func bench(ctx context.Context, o options, stdout, stderr io.Writer) error {
@@ -216,7 +221,7 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) error {
 			if sys == "etcd" {
 				s, err = e.startEtcd(ctx, n)
 			} else {
-				s, err = e.startTicketd(ctx, n, o.ticketdFlags)
+				s, err = e.startTicketd(ctx, n, o.ticketdFlags, o.profile != "")
 			}
 			if err != nil {
 				return withLogs(err, e)
@@ -277,7 +282,14 @@ func runWorkload(ctx context.Context, o options, w workload, servers []*server, 
 			}
 			var use cpuUse
 			var werr error
+			var d diag
+			diagnose := o.strace || (o.profile != "" && s.system == "ticketd")
 			window := func() func() {
+				endDiag := func() error { return nil }
+				if diagnose {
+					tag := fmt.Sprintf("%s-%d-%s%d-r%d", w.name, w.clients, s.system, s.nodes, round)
+					endDiag = startDiag(ctx, o, s, tag, &d)
+				}
 				a, err := sampleCPU(pids)
 				if err != nil {
 					werr = err
@@ -290,11 +302,12 @@ func runWorkload(ctx context.Context, o options, w workload, servers []*server, 
 						return
 					}
 					use.add(a, b)
+					werr = endDiag()
 				}
 			}
 			r := load.Measure(ctx, s.label, cyclers[i], w.clients, o.warmup, o.duration, window)
 			if werr != nil {
-				return nil, fmt.Errorf("%s: CPU counters: %w", s.label, werr)
+				return nil, fmt.Errorf("%s: CPU counters or diagnostics: %w", s.label, werr)
 			}
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -302,6 +315,18 @@ func runWorkload(ctx context.Context, o options, w workload, servers []*server, 
 			fmt.Fprintf(stdout, "%-11s %3d clients round %d  %-10s %8.1f cycles/s  p50 %7.2f  p99 %7.2f  p99.9 %7.2f ms  server %.3f s/1k  errors %d %s\n",
 				w.name, w.clients, round, s.label, r.CyclesPerS, r.P50Ms, r.P99Ms, r.P999Ms, 1000*use.server()/float64(max(r.Cycles, 1)), r.Errors, r.FirstError)
 			p := &pooled[i]
+			if diagnose {
+				if p.Diag == nil {
+					p.Diag = &diag{}
+				}
+				p.Diag.Fsyncs += d.Fsyncs
+				p.Diag.Entries += d.Entries
+				p.Diag.Profiles = append(p.Diag.Profiles, d.Profiles...)
+				if p.Diag.Fsyncs > 0 {
+					p.Diag.EntriesPerSyn = float64(p.Diag.Entries) / float64(p.Diag.Fsyncs)
+				}
+				fmt.Fprintf(stdout, "            diagnostics: %d Raft entries, %d fsyncs on the leader (%.2f entries per fsync), %d profiles\n", d.Entries, d.Fsyncs, d.EntriesPerSyn, len(d.Profiles))
+			}
 			p.Workload, p.Target, p.System, p.Nodes = w.name, s.label, s.system, s.nodes
 			lat[i] = append(lat[i], r.Measurement...)
 			p.Result.Seconds += r.Seconds

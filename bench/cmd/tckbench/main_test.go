@@ -117,3 +117,20 @@ func TestRunTicketdOnly(t *testing.T) {
 		t.Errorf("report lacks the ticketd row:\n%s", md)
 	}
 }
+
+func TestCountSyncs(t *testing.T) {
+	out := `strace: Process 42 attached with 9 threads
+% time     seconds  usecs/call     calls    errors syscall
+------ ----------- ----------- --------- --------- ----------------
+ 90.00    0.900000         900      1000           fdatasync
+ 10.00    0.100000         400       250         3 fsync
+------ ----------- ----------- --------- --------- ----------------
+100.00    1.000000         800      1250         3 total
+`
+	if n := countSyncs(out); n != 1250 {
+		t.Errorf("countSyncs = %d, want 1250", n)
+	}
+	if n := countSyncs("strace: attach: ptrace(PTRACE_SEIZE, 1): Operation not permitted\n"); n != 0 {
+		t.Errorf("no table: countSyncs = %d, want 0", n)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -136,7 +137,9 @@ type server struct {
 	system   string // etcd or ticketd
 	nodes    int
 	procs    []*proc
-	endpoint string // ticketd: URL; etcd: HOST:PORT
+	endpoint string   // ticketd: URL; etcd: HOST:PORT
+	leader   int      // index in procs of the leader
+	pprof    []string // ticketd with -profile: each node's pprof HOST:PORT
 }
 
 // startEtcd starts an n-member etcd cluster (fsync on: etcd's default) and
@@ -182,6 +185,7 @@ func (e *env) startEtcd(ctx context.Context, n int) (*server, error) {
 			}
 			if st.Leader != 0 && st.Leader == st.Header.MemberId {
 				s.endpoint = ep
+				s.leader = slices.Index(eps, ep)
 				return nil
 			}
 		}
@@ -197,8 +201,20 @@ func (e *env) startEtcd(ctx context.Context, n int) (*server, error) {
 // n-node cluster with a --dev agent and keys from deploy/cluster-keys.sh
 // (as deploy/demo.sh), clock limits widened (clockFlags); fsync is always
 // on. It returns it with the leader's URL.
-func (e *env) startTicketd(ctx context.Context, n int, extra []string) (*server, error) {
+func (e *env) startTicketd(ctx context.Context, n int, extra []string, profile bool) (*server, error) {
 	s := &server{label: fmt.Sprintf("ticketd ×%d", n), system: "ticketd", nodes: n}
+	nodeFlags := func(i int) ([]string, error) {
+		if !profile {
+			return extra, nil
+		}
+		ports, err := freePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		a := fmt.Sprintf("127.0.0.1:%d", ports[0])
+		s.pprof = append(s.pprof, a)
+		return append(slices.Clone(extra), "--debug.pprof", a), nil
+	}
 	var urls []string
 	if n == 1 {
 		ports, err := freePorts(1)
@@ -206,7 +222,11 @@ func (e *env) startTicketd(ctx context.Context, n int, extra []string) (*server,
 			return nil, err
 		}
 		u := fmt.Sprintf("127.0.0.1:%d", ports[0])
-		args := append([]string{"--data-dir", filepath.Join(e.dir, "ticketd1"), "--http", u, "--log.level", "warn"}, extra...)
+		more, err := nodeFlags(0)
+		if err != nil {
+			return nil, err
+		}
+		args := append([]string{"--data-dir", filepath.Join(e.dir, "ticketd1"), "--http", u, "--log.level", "warn"}, more...)
 		p, err := e.start("ticketd1", nil, filepath.Join(e.bin, "ticketd"), args...)
 		if err != nil {
 			return nil, err
@@ -248,9 +268,13 @@ func (e *env) startTicketd(ctx context.Context, n int, extra []string) (*server,
 		if err != nil {
 			return nil, err
 		}
-		for _, name := range names {
+		for i, name := range names {
 			args := append([]string{"--config", filepath.Join(keys, name+".yaml"), "--log.level", "warn"}, clockFlags...)
-			p, err := e.start("ticketd3-"+name, nil, filepath.Join(e.bin, "ticketd"), append(args, extra...)...)
+			more, err := nodeFlags(i)
+			if err != nil {
+				return nil, err
+			}
+			p, err := e.start("ticketd3-"+name, nil, filepath.Join(e.bin, "ticketd"), append(args, more...)...)
 			if err != nil {
 				return nil, err
 			}
@@ -259,7 +283,7 @@ func (e *env) startTicketd(ctx context.Context, n int, extra []string) (*server,
 	}
 	err := poll(ctx, 120*time.Second, s.procs, func() error {
 		leader := ""
-		for _, u := range urls {
+		for i, u := range urls {
 			c, err := client.New(u)
 			if err != nil {
 				return err
@@ -275,7 +299,7 @@ func (e *env) startTicketd(ctx context.Context, n int, extra []string) (*server,
 				return fmt.Errorf("%s: %w", u, err)
 			}
 			if st.role == "leader" {
-				leader = u
+				leader, s.leader = u, i
 			}
 		}
 		if leader == "" {
