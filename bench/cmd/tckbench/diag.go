@@ -27,9 +27,11 @@ import (
 // for finding the bottleneck, not for the figures.
 type diag struct {
 	Fsyncs        int64    `json:"fsyncs,omitempty"`       // fsync+fdatasync calls by the leader
+	Syscalls      int64    `json:"syscalls,omitempty"`     // every traced syscall (with -strace-all)
 	Entries       uint64   `json:"raft_entries,omitempty"` // Raft index advance over the window
 	EntriesPerSyn float64  `json:"entries_per_fsync,omitempty"`
 	Profiles      []string `json:"profiles,omitempty"`
+	Strace        string   `json:"strace,omitempty"` // strace -c's table (time per fsync)
 }
 
 // raftIndex is the leader's Raft index (ticketd: commit_index; etcd: raft_index).
@@ -63,6 +65,19 @@ func raftIndex(ctx context.Context, s *server) (uint64, error) {
 // usecs/call, calls, [errors,] syscall.
 var straceCalls = regexp.MustCompile(`(?m)^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(fsync|fdatasync)\s*$`)
 
+// straceTotal matches strace -c's total line.
+var straceTotal = regexp.MustCompile(`(?m)^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?total\s*$`)
+
+// countTotal is the total calls of strace -c output.
+func countTotal(out string) int64 {
+	m := straceTotal.FindStringSubmatch(out)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	return n
+}
+
 // countSyncs sums the fsync and fdatasync calls in strace -c output.
 func countSyncs(out string) int64 {
 	var n int64
@@ -83,7 +98,11 @@ func startDiag(ctx context.Context, o options, s *server, tag string, d *diag) f
 	var st *exec.Cmd
 	var stOut bytes.Buffer
 	if o.strace {
-		st = exec.Command("strace", "-f", "-c", "-e", "trace=fsync,fdatasync", "-p", strconv.Itoa(s.procs[s.leader].pid()))
+		args := []string{"-f", "-c", "-e", "trace=fsync,fdatasync"}
+		if o.straceAll {
+			args = []string{"-f", "-c"}
+		}
+		st = exec.Command("strace", append(args, "-p", strconv.Itoa(s.procs[s.leader].pid()))...)
 		st.Stderr, st.Stdout = &stOut, &stOut
 		if err := st.Start(); err != nil {
 			return func() error { return fmt.Errorf("strace: %w", err) }
@@ -127,6 +146,10 @@ func startDiag(ctx context.Context, o options, s *server, tag string, d *diag) f
 			_ = st.Process.Signal(syscall.SIGINT)
 			_ = st.Wait()
 			d.Fsyncs = countSyncs(stOut.String())
+			d.Strace = stOut.String()
+			if o.straceAll {
+				d.Syscalls = countTotal(d.Strace)
+			}
 			if d.Fsyncs == 0 {
 				fail(fmt.Errorf("strace counted no fsyncs: %s", strings.TrimSpace(stOut.String())))
 			}

@@ -64,6 +64,7 @@ type options struct {
 	only             string
 	profile          string
 	strace           bool
+	straceAll        bool
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -86,6 +87,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.only, "only", "", "run only this system (etcd or ticketd): for profiling, no ratios")
 	fs.StringVar(&o.profile, "profile", "", "diagnostics: give each ticketd --debug.pprof and save the leader's CPU, block and mutex profiles of every window in this directory")
 	fs.BoolVar(&o.strace, "strace", false, "diagnostics: count each leader's fsyncs per Raft entry with strace (slows the servers: not for the figures)")
+	fs.BoolVar(&o.straceAll, "strace-all", false, "with -strace: trace every syscall and count them per cycle (slower still)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -185,6 +187,7 @@ type measured struct {
 	Result   load.Result `json:"result"`
 	CPU      cpuUse      `json:"cpu"`
 	Diag     *diag       `json:"diag,omitempty"`
+	Leader   int         `json:"leader"` // index of the leader in CPU.Procs
 }
 
 func bench(ctx context.Context, o options, stdout, stderr io.Writer) error {
@@ -322,12 +325,15 @@ func runWorkload(ctx context.Context, o options, w workload, servers []*server, 
 				p.Diag.Fsyncs += d.Fsyncs
 				p.Diag.Entries += d.Entries
 				p.Diag.Profiles = append(p.Diag.Profiles, d.Profiles...)
+				p.Diag.Strace += d.Strace
+				p.Diag.Syscalls += d.Syscalls
 				if p.Diag.Fsyncs > 0 {
 					p.Diag.EntriesPerSyn = float64(p.Diag.Entries) / float64(p.Diag.Fsyncs)
 				}
-				fmt.Fprintf(stdout, "            diagnostics: %d Raft entries, %d fsyncs on the leader (%.2f entries per fsync), %d profiles\n", d.Entries, d.Fsyncs, d.EntriesPerSyn, len(d.Profiles))
+				fmt.Fprintf(stdout, "            diagnostics: %d Raft entries, %d fsyncs on the leader (%.2f entries per fsync), %d syscalls (%.1f per cycle), %d profiles\n",
+					d.Entries, d.Fsyncs, d.EntriesPerSyn, d.Syscalls, float64(d.Syscalls)/float64(max(r.Cycles, 1)), len(d.Profiles))
 			}
-			p.Workload, p.Target, p.System, p.Nodes = w.name, s.label, s.system, s.nodes
+			p.Workload, p.Target, p.System, p.Nodes, p.Leader = w.name, s.label, s.system, s.nodes, s.leader
 			lat[i] = append(lat[i], r.Measurement...)
 			p.Result.Seconds += r.Seconds
 			p.Result.Errors += r.Errors

@@ -130,6 +130,9 @@ func TestCountSyncs(t *testing.T) {
 	if n := countSyncs(out); n != 1250 {
 		t.Errorf("countSyncs = %d, want 1250", n)
 	}
+	if n := countTotal(out + "\n"); n != 1250 {
+		t.Errorf("countTotal = %d, want 1250", n)
+	}
 	if n := countSyncs("strace: attach: ptrace(PTRACE_SEIZE, 1): Operation not permitted\n"); n != 0 {
 		t.Errorf("no table: countSyncs = %d, want 0", n)
 	}

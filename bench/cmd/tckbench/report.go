@@ -71,6 +71,14 @@ func targetMet(p pair) (tput, p99 bool, applies bool) {
 	return acquiredPerS(p.tckd) >= 1.5*acquiredPerS(p.etcd), p.tckd.Result.P99Ms <= 0.8*p.etcd.Result.P99Ms, true
 }
 
+// times is a/b as "1.23×", or says that b is zero.
+func times(a, b float64) string {
+	if b == 0 {
+		return fmt.Sprintf("∞ (%.0f vs 0)", a)
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
+
 func met(ok bool) string {
 	if ok {
 		return "met"
@@ -108,9 +116,10 @@ func writeReport(o options, m meta, all []measured) error {
 	if len(o.ticketdFlags) > 0 {
 		fmt.Fprintf(w, "- Extra ticketd flags: `%s`.\n", strings.Join(o.ticketdFlags, " "))
 	}
-	fmt.Fprintf(w, "- CPU: seconds per 1,000 cycles over exactly the measured window: each server process from /proc/PID/stat (utime+stime; for 3 nodes the leader first), the load generator (this process, both systems' clients are Go), and the whole machine's busy time from /proc/stat (includes other users of the machine).\n\n")
+	fmt.Fprintf(w, "- CPU: seconds per 1,000 cycles over exactly the measured window: each server process from /proc/PID/stat (utime+stime; for 3 nodes in node order, the leader marked L), the load generator (this process, both systems' clients are Go), and the whole machine's busy time from /proc/stat (includes other users of the machine).\n\n")
 
 	fmt.Fprintf(w, "## Ratios ticketd / etcd\n\nThroughput is acquisitions per second (in the contended workload most attempts find the lock held; latency there is per attempt).\n\n")
+	fmt.Fprintf(w, "The machine's busy share (last column of the figures) shows whether it was saturated: at ~100%% the other users of the shared machine take whatever the servers leave, so machine CPU per cycle is then an upper bound, not a cost.\n\n")
 	fmt.Fprintf(w, "| workload | clients | nodes | throughput | p50 | p99 | p99.9 | server CPU/cycle | machine CPU/cycle | target (3 nodes, 64/256: ≥ 1.5× throughput, p99 ≤ 0.8×) |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, p := range pairs(all) {
 		if p.etcd == nil || p.tckd == nil {
@@ -121,8 +130,8 @@ func writeReport(o options, m meta, all []measured) error {
 		if tp, p99, ok := targetMet(p); ok {
 			tgt = fmt.Sprintf("throughput %s, p99 %s", met(tp), met(p99))
 		}
-		fmt.Fprintf(w, "| %s | %d | %d | %.2f× | %.2f× | %.2f× | %.2f× | %.2f× | %.2f× | %s |\n", p.workload, p.clients, p.nodes,
-			ratio(acquiredPerS(t), acquiredPerS(e)), ratio(t.Result.P50Ms, e.Result.P50Ms), ratio(t.Result.P99Ms, e.Result.P99Ms), ratio(t.Result.P999Ms, e.Result.P999Ms),
+		fmt.Fprintf(w, "| %s | %d | %d | %s | %.2f× | %.2f× | %.2f× | %.2f× | %.2f× | %s |\n", p.workload, p.clients, p.nodes,
+			times(acquiredPerS(t), acquiredPerS(e)), ratio(t.Result.P50Ms, e.Result.P50Ms), ratio(t.Result.P99Ms, e.Result.P99Ms), ratio(t.Result.P999Ms, e.Result.P999Ms),
 			ratio(per1k(t.CPU.server(), t.Result.Cycles), per1k(e.CPU.server(), e.Result.Cycles)),
 			ratio(per1k(t.CPU.Busy, t.Result.Cycles), per1k(e.CPU.Busy, e.Result.Cycles)), tgt)
 	}
@@ -131,8 +140,12 @@ func writeReport(o options, m meta, all []measured) error {
 	for _, x := range all {
 		r := x.Result
 		var procs []string
-		for _, p := range x.CPU.Procs {
-			procs = append(procs, fmt.Sprintf("%.3f", per1k(p, r.Cycles)))
+		for i, p := range x.CPU.Procs {
+			mark := ""
+			if i == x.Leader && len(x.CPU.Procs) > 1 {
+				mark = "L "
+			}
+			procs = append(procs, fmt.Sprintf("%s%.3f", mark, per1k(p, r.Cycles)))
 		}
 		fmt.Fprintf(w, "| %s | %d | %s | %.0f | %.0f | %.2f | %.2f | %.2f | %d | %.3f (%s) | %.3f | %.3f | %.0f%% |\n", x.Workload, r.Clients, x.Target,
 			r.CyclesPerS, float64(r.Acquired)/r.Seconds, r.P50Ms, r.P99Ms, r.P999Ms, r.Errors,
@@ -200,8 +213,8 @@ func printSummary(w io.Writer, o options, all []measured) {
 			continue
 		}
 		e, t := p.etcd, p.tckd
-		line := fmt.Sprintf("  %-11s %3d clients %d node(s): throughput %.2f× (%.0f vs %.0f/s)  p99 %.2f× (%.2f vs %.2f ms)  server CPU/cycle %.2f×  machine CPU/cycle %.2f×",
-			p.workload, p.clients, p.nodes, ratio(acquiredPerS(t), acquiredPerS(e)), acquiredPerS(t), acquiredPerS(e),
+		line := fmt.Sprintf("  %-11s %3d clients %d node(s): throughput %s (%.0f vs %.0f/s)  p99 %.2f× (%.2f vs %.2f ms)  server CPU/cycle %.2f×  machine CPU/cycle %.2f×",
+			p.workload, p.clients, p.nodes, times(acquiredPerS(t), acquiredPerS(e)), acquiredPerS(t), acquiredPerS(e),
 			ratio(t.Result.P99Ms, e.Result.P99Ms), t.Result.P99Ms, e.Result.P99Ms,
 			ratio(per1k(t.CPU.server(), t.Result.Cycles), per1k(e.CPU.server(), e.Result.Cycles)),
 			ratio(per1k(t.CPU.Busy, t.Result.Cycles), per1k(e.CPU.Busy, e.Result.Cycles)))
