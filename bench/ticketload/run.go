@@ -24,7 +24,7 @@ func newEtcdFor(ctx context.Context, o options) (*load.Etcd, error) {
 }
 
 func compare(ctx context.Context, o options, out io.Writer) error {
-	td, err := load.NewTicketd(o.ticketd, o.clients)
+	td, err := load.NewTicketd(o.ticketd, o.clients, false)
 	if err != nil {
 		return err
 	}
@@ -133,7 +133,7 @@ func firstErrOf(rs []load.Result, target string) string {
 
 // fill grants o.fill distinct tickets with lease 250 s.
 func fill(ctx context.Context, o options, out io.Writer) error {
-	td, err := load.NewTicketd(o.ticketd, o.clients)
+	td, err := load.NewTicketd(o.ticketd, o.clients, false)
 	if err != nil {
 		return err
 	}
@@ -185,7 +185,7 @@ func fill(ctx context.Context, o options, out io.Writer) error {
 
 // awaitReady prints how long ticketd took to answer /readyz 200.
 func awaitReady(ctx context.Context, o options, out io.Writer) error {
-	td, err := load.NewTicketd(o.ticketd, 1)
+	td, err := load.NewTicketd(o.ticketd, 1, false)
 	if err != nil {
 		return err
 	}

@@ -65,6 +65,8 @@ type options struct {
 	profile          string
 	strace           bool
 	straceAll        bool
+	h2c              bool
+	h2cCompare       bool
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -87,6 +89,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.only, "only", "", "run only this system (etcd or ticketd): for profiling, no ratios")
 	fs.StringVar(&o.profile, "profile", "", "diagnostics: give each ticketd --debug.pprof and save the leader's CPU, block and mutex profiles of every window in this directory")
 	fs.BoolVar(&o.strace, "strace", false, "diagnostics: count each leader's fsyncs per Raft entry with strace (slows the servers: not for the figures)")
+	fs.BoolVar(&o.h2c, "h2c", false, "experiment: ticketd clients speak HTTP/2 without TLS (the ticketd built must accept h2c)")
+	fs.BoolVar(&o.h2cCompare, "h2c-compare", false, "experiment: also measure each ticketd with h2c clients, beside the HTTP/1.1 ones")
 	fs.BoolVar(&o.straceAll, "strace-all", false, "with -strace: trace every syscall and count them per cycle (slower still)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -231,6 +235,11 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) error {
 			}
 			fmt.Fprintf(stdout, "tckbench: %s up, leader at %s\n", s.label, s.endpoint)
 			servers = append(servers, s)
+			if sys == "ticketd" && o.h2cCompare {
+				h := *s
+				h.label, h.system, h.h2c = s.label+" h2c", "ticketd-h2c", true
+				servers = append(servers, &h)
+			}
 		}
 	}
 	var works []workload
@@ -269,7 +278,7 @@ func runWorkload(ctx context.Context, o options, w workload, servers []*server, 
 		}
 	}()
 	for i, s := range servers {
-		c, err := cyclerFor(ctx, s, w, o.contendedNames)
+		c, err := cyclerFor(ctx, s, w, o.contendedNames, o.h2c || s.h2c)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", s.label, err)
 		}
@@ -357,11 +366,11 @@ func runWorkload(ctx context.Context, o options, w workload, servers []*server, 
 	return pooled, nil
 }
 
-func cyclerFor(ctx context.Context, s *server, w workload, names int) (load.Cycler, error) {
+func cyclerFor(ctx context.Context, s *server, w workload, names int, h2c bool) (load.Cycler, error) {
 	if s.system == "etcd" {
 		return load.NewEtcd(ctx, []string{s.endpoint}, w.clients, 30*time.Second, w.mode, names)
 	}
-	t, err := load.NewTicketd(s.endpoint, w.clients)
+	t, err := load.NewTicketd(s.endpoint, w.clients, h2c)
 	if err != nil {
 		return nil, err
 	}

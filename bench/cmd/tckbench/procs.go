@@ -140,6 +140,7 @@ type server struct {
 	endpoint string   // ticketd: URL; etcd: HOST:PORT
 	leader   int      // index in procs of the leader
 	pprof    []string // ticketd with -profile: each node's pprof HOST:PORT
+	h2c      bool     // its clients speak h2c (-h2c-compare)
 }
 
 // startEtcd starts an n-member etcd cluster (fsync on: etcd's default) and

@@ -41,12 +41,13 @@ func pairs(all []measured) []pair {
 	}
 	seen := map[string]bool{}
 	for _, m := range all {
-		k := fmt.Sprint(m.Workload, m.Result.Clients, m.Nodes)
-		if seen[k] {
+		k := fmt.Sprint(m.Workload, m.Result.Clients, m.Nodes, m.Target)
+		if m.System == "etcd" || seen[k] {
 			continue
 		}
 		seen[k] = true
-		ps = append(ps, pair{m.Workload, m.Result.Clients, m.Nodes, find(m.Workload, m.Result.Clients, m.Nodes, "etcd"), find(m.Workload, m.Result.Clients, m.Nodes, "ticketd")})
+		t := m
+		ps = append(ps, pair{m.Workload, m.Result.Clients, m.Nodes, find(m.Workload, m.Result.Clients, m.Nodes, "etcd"), &t})
 	}
 	return ps
 }
@@ -113,6 +114,12 @@ func writeReport(o options, m meta, all []measured) error {
 	fmt.Fprintf(w, "- Everything on loopback, fsync on for both (the defaults of both). Each cluster's load goes to its leader. %d rounds × %v measured per target per workload (after %v warm-up), targets alternating within a round; figures pooled over the rounds.\n", o.rounds, o.duration, o.warmup)
 	fmt.Fprintf(w, "- A ticketd cycle: Grant (lease 30 s) + Release over HTTP, kept-alive connections. An etcd cycle: the `concurrency` package's lock, one kept-alive session lease per client, TryLock (txn put-if-absent with the lease) + Unlock (delete). Contended: %d clients on %d names, TryGrant / TryLock, released when acquired; a cycle is an attempt.\n", o.contendedClients, o.contendedNames)
 	fmt.Fprintf(w, "- The 3-node ticketd cluster has a `tckclk-agent --dev` and keys from deploy/cluster-keys.sh, with clock limits widened for a loaded machine (`%s`, as deploy/demo_test.go's testClockFlags): the clock check still runs on every proposal. The 1-node ticketd runs as bench/etcd.sh does.\n", strings.Join(clockFlags, " "))
+	if o.h2cCompare {
+		fmt.Fprintf(w, "- **Experiment**: the targets marked h2c are the same ticketd processes driven by clients speaking HTTP/2 without TLS (h2c, -h2c-compare), against a ticketd built from %s.\n", o.repo)
+	}
+	if o.h2c {
+		fmt.Fprintf(w, "- **Experiment**: ticketd's clients speak HTTP/2 without TLS (h2c, -h2c), against a ticketd built from %s.\n", o.repo)
+	}
 	if len(o.ticketdFlags) > 0 {
 		fmt.Fprintf(w, "- Extra ticketd flags: `%s`.\n", strings.Join(o.ticketdFlags, " "))
 	}
@@ -120,7 +127,7 @@ func writeReport(o options, m meta, all []measured) error {
 
 	fmt.Fprintf(w, "## Ratios ticketd / etcd\n\nThroughput is acquisitions per second (in the contended workload most attempts find the lock held; latency there is per attempt).\n\n")
 	fmt.Fprintf(w, "The machine's busy share (last column of the figures) shows whether it was saturated: at ~100%% the other users of the shared machine take whatever the servers leave, so machine CPU per cycle is then an upper bound, not a cost.\n\n")
-	fmt.Fprintf(w, "| workload | clients | nodes | throughput | p50 | p99 | p99.9 | server CPU/cycle | machine CPU/cycle | target (3 nodes, 64/256: ≥ 1.5× throughput, p99 ≤ 0.8×) |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "| workload | clients | target | throughput | p50 | p99 | p99.9 | server CPU/cycle | machine CPU/cycle | target (3 nodes, 64/256: ≥ 1.5× throughput, p99 ≤ 0.8×) |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, p := range pairs(all) {
 		if p.etcd == nil || p.tckd == nil {
 			continue
@@ -130,7 +137,7 @@ func writeReport(o options, m meta, all []measured) error {
 		if tp, p99, ok := targetMet(p); ok {
 			tgt = fmt.Sprintf("throughput %s, p99 %s", met(tp), met(p99))
 		}
-		fmt.Fprintf(w, "| %s | %d | %d | %s | %.2f× | %.2f× | %.2f× | %.2f× | %.2f× | %s |\n", p.workload, p.clients, p.nodes,
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %.2f× | %.2f× | %.2f× | %.2f× | %.2f× | %s |\n", p.workload, p.clients, t.Target,
 			times(acquiredPerS(t), acquiredPerS(e)), ratio(t.Result.P50Ms, e.Result.P50Ms), ratio(t.Result.P99Ms, e.Result.P99Ms), ratio(t.Result.P999Ms, e.Result.P999Ms),
 			ratio(per1k(t.CPU.server(), t.Result.Cycles), per1k(e.CPU.server(), e.Result.Cycles)),
 			ratio(per1k(t.CPU.Busy, t.Result.Cycles), per1k(e.CPU.Busy, e.Result.Cycles)), tgt)
@@ -213,8 +220,8 @@ func printSummary(w io.Writer, o options, all []measured) {
 			continue
 		}
 		e, t := p.etcd, p.tckd
-		line := fmt.Sprintf("  %-11s %3d clients %d node(s): throughput %s (%.0f vs %.0f/s)  p99 %.2f× (%.2f vs %.2f ms)  server CPU/cycle %.2f×  machine CPU/cycle %.2f×",
-			p.workload, p.clients, p.nodes, times(acquiredPerS(t), acquiredPerS(e)), acquiredPerS(t), acquiredPerS(e),
+		line := fmt.Sprintf("  %-11s %3d clients %-14s: throughput %s (%.0f vs %.0f/s)  p99 %.2f× (%.2f vs %.2f ms)  server CPU/cycle %.2f×  machine CPU/cycle %.2f×",
+			p.workload, p.clients, t.Target, times(acquiredPerS(t), acquiredPerS(e)), acquiredPerS(t), acquiredPerS(e),
 			ratio(t.Result.P99Ms, e.Result.P99Ms), t.Result.P99Ms, e.Result.P99Ms,
 			ratio(per1k(t.CPU.server(), t.Result.Cycles), per1k(e.CPU.server(), e.Result.Cycles)),
 			ratio(per1k(t.CPU.Busy, t.Result.Cycles), per1k(e.CPU.Busy, e.Result.Cycles)))

@@ -41,9 +41,17 @@ type Ticketd struct {
 }
 
 // NewTicketd makes a client for url with a connection pool sized for
-// clients (connections are kept alive and reused).
-func NewTicketd(url string, clients int) (*Ticketd, error) {
+// clients (connections are kept alive and reused). With h2c it speaks
+// HTTP/2 without TLS (prior knowledge) instead of HTTP/1.1: every client
+// multiplexed over a few connections, as gRPC does for etcd (an
+// experiment of issue 16; the server must accept h2c).
+func NewTicketd(url string, clients int, h2c bool) (*Ticketd, error) {
 	tr := &http.Transport{MaxIdleConns: clients * 2, MaxIdleConnsPerHost: clients * 2, MaxConnsPerHost: clients * 2}
+	if h2c {
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true)
+		tr.MaxConnsPerHost = 0
+	}
 	c, err := client.New(url, client.WithHTTPClient(&http.Client{Transport: tr, Timeout: 30 * time.Second}))
 	if err != nil {
 		return nil, err
