@@ -67,6 +67,7 @@ type options struct {
 	straceAll        bool
 	h2c              bool
 	h2cCompare       bool
+	failover         int
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -91,6 +92,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.strace, "strace", false, "diagnostics: count each leader's fsyncs per Raft entry with strace (slows the servers: not for the figures)")
 	fs.BoolVar(&o.h2c, "h2c", false, "experiment: ticketd clients speak HTTP/2 without TLS (the ticketd built must accept h2c)")
 	fs.BoolVar(&o.h2cCompare, "h2c-compare", false, "experiment: also measure each ticketd with h2c clients, beside the HTTP/1.1 ones")
+	fs.IntVar(&o.failover, "failover", 0, "kill -9 failover trials per 3-node cluster after the load (0: none)")
 	fs.BoolVar(&o.straceAll, "strace-all", false, "with -strace: trace every syscall and count them per cycle (slower still)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -111,6 +113,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case err != nil:
 	case fs.NArg() > 0:
 		err = fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case o.failover < 0:
+		err = errors.New("-failover must be ≥ 0")
 	case o.rounds < 1 || o.duration <= 0 || o.warmup < 0:
 		err = errors.New("-rounds and -duration must be positive, -warmup not negative")
 	case o.contendedClients < 0 || (o.contendedClients > 0 && o.contendedNames < 1):
@@ -257,11 +261,17 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		}
 		all = append(all, ms...)
 	}
+	var fos []failoverResult
+	for _, s := range servers {
+		if o.failover > 0 && s.nodes == 3 && !s.h2c {
+			fos = append(fos, failover(ctx, e, s, o.failover, stdout))
+		}
+	}
 	meta.LoadAfter = loadavg()
-	if err := writeReport(o, meta, all); err != nil {
+	if err := writeReport(o, meta, all, fos); err != nil {
 		return err
 	}
-	printSummary(stdout, o, all)
+	printSummary(stdout, o, all, fos)
 	fmt.Fprintf(stdout, "tckbench: wrote %s\n", o.out)
 	return nil
 }

@@ -32,6 +32,9 @@ type proc struct {
 	cmd  *exec.Cmd
 	log  string
 	done chan struct{}
+	bin  string
+	args []string
+	env  []string
 }
 
 func (p *proc) pid() int { return p.cmd.Process.Pid }
@@ -68,8 +71,29 @@ type env struct {
 }
 
 func (e *env) start(name string, extraEnv []string, bin string, args ...string) (*proc, error) {
+	p, err := e.spawn(name, extraEnv, bin, args)
+	if err != nil {
+		return nil, err
+	}
+	e.procs = append(e.procs, p)
+	return p, nil
+}
+
+// restart starts p again with the same command line (after it was
+// killed), appending to its log; p is updated in place.
+func (e *env) restart(p *proc) error {
+	<-p.done
+	q, err := e.spawn(p.name, p.env, p.bin, p.args)
+	if err != nil {
+		return err
+	}
+	*p = *q
+	return nil
+}
+
+func (e *env) spawn(name string, extraEnv []string, bin string, args []string) (*proc, error) {
 	logPath := filepath.Join(e.dir, "logs", name+".log")
-	f, err := os.Create(logPath)
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -80,9 +104,9 @@ func (e *env) start(name string, extraEnv []string, bin string, args ...string) 
 		f.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
-	e.procs = append(e.procs, p)
+	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{}), bin: bin, args: args, env: extraEnv}
+	done := p.done
+	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
 	return p, nil
 }
 
@@ -141,6 +165,7 @@ type server struct {
 	leader   int      // index in procs of the leader
 	pprof    []string // ticketd with -profile: each node's pprof HOST:PORT
 	h2c      bool     // its clients speak h2c (-h2c-compare)
+	addrs    []string // every node's endpoint, in procs order
 }
 
 // startEtcd starts an n-member etcd cluster (fsync on: etcd's default) and
@@ -171,6 +196,7 @@ func (e *env) startEtcd(ctx context.Context, n int) (*server, error) {
 		s.procs = append(s.procs, p)
 		eps = append(eps, fmt.Sprintf("127.0.0.1:%d", ports[i]))
 	}
+	s.addrs = eps
 	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, err
@@ -282,6 +308,7 @@ func (e *env) startTicketd(ctx context.Context, n int, extra []string, profile b
 			s.procs = append(s.procs, p)
 		}
 	}
+	s.addrs = urls
 	err := poll(ctx, 120*time.Second, s.procs, func() error {
 		leader := ""
 		for i, u := range urls {

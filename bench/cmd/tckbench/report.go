@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -87,10 +88,10 @@ func met(ok bool) string {
 	return "**missed**"
 }
 
-func writeReport(o options, m meta, all []measured) error {
+func writeReport(o options, m meta, all []measured, fos []failoverResult) error {
 	dir := filepath.Dir(o.out)
 	base := strings.TrimSuffix(filepath.Base(o.out), filepath.Ext(o.out))
-	js, err := json.MarshalIndent(map[string]any{"meta": m, "results": all}, "", "  ")
+	js, err := json.MarshalIndent(map[string]any{"meta": m, "results": all, "failover": fos}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -162,6 +163,19 @@ func writeReport(o options, m meta, all []measured) error {
 	for _, p := range plots {
 		fmt.Fprintf(w, "![%s](%s)\n\n", p, p)
 	}
+	if len(fos) > 0 {
+		fmt.Fprintf(w, "## Failover: kill -9 of the leader (3 nodes)\n\n")
+		fmt.Fprintf(w, "Time from `kill -9` of the leader to the first successful lock cycle through the surviving nodes (a probe every 5 ms, 1 s timeout each; ticketd: Grant+Release through a survivor, which forwards to the new leader; etcd: TryLock+Unlock with a session opened before the kill, client on the survivors). The killed node is restarted and the cluster is whole again before the next trial.\n\n")
+		fmt.Fprintf(w, "| target | trials | median | max | failed trials |\n|---|---|---|---|---|\n")
+		for _, f := range fos {
+			med, mx := f.summary()
+			fmt.Fprintf(w, "| %s | %d | %v | %v | %d |\n", f.Target, len(f.Trials), med.Round(time.Millisecond), mx.Round(time.Millisecond), len(f.Errors))
+		}
+		if r := failoverRatio(fos); r != "" {
+			fmt.Fprintf(w, "\nRatio of medians ticketd/etcd: %s.\n", r)
+		}
+		fmt.Fprintf(w, "\n")
+	}
 	fmt.Fprintf(w, "Raw figures: %s.json.\n", base)
 	return nil
 }
@@ -213,7 +227,25 @@ func writePlots(dir, base string, all []measured) ([]string, error) {
 	return names, nil
 }
 
-func printSummary(w io.Writer, o options, all []measured) {
+// failoverRatio is ticketd's median over etcd's, "" without both.
+func failoverRatio(fos []failoverResult) string {
+	var e, t time.Duration
+	for _, f := range fos {
+		med, _ := f.summary()
+		switch f.Target {
+		case "etcd ×3":
+			e = med
+		case "ticketd ×3":
+			t = med
+		}
+	}
+	if e == 0 || t == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.2f× (%v vs %v)", float64(t)/float64(e), t.Round(time.Millisecond), e.Round(time.Millisecond))
+}
+
+func printSummary(w io.Writer, o options, all []measured, fos []failoverResult) {
 	fmt.Fprintf(w, "\nsummary (ratios ticketd/etcd, same run):\n")
 	for _, p := range pairs(all) {
 		if p.etcd == nil || p.tckd == nil {
@@ -229,6 +261,13 @@ func printSummary(w io.Writer, o options, all []measured) {
 			line += fmt.Sprintf("  [target throughput %s, p99 %s]", strings.Trim(met(tp), "*"), strings.Trim(met(p99), "*"))
 		}
 		fmt.Fprintln(w, line)
+	}
+	for _, f := range fos {
+		med, mx := f.summary()
+		fmt.Fprintf(w, "  failover %-10s kill -9 of the leader: median %v, max %v over %d trials (%d failed)\n", f.Target, med.Round(time.Millisecond), mx.Round(time.Millisecond), len(f.Trials), len(f.Errors))
+	}
+	if r := failoverRatio(fos); r != "" {
+		fmt.Fprintf(w, "  failover median ratio ticketd/etcd: %s\n", r)
 	}
 	_ = o
 }
