@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tckclk/tckclk/node/api/client"
@@ -75,22 +77,48 @@ func nodeIsLeader(ctx context.Context, system, addr string) (bool, error) {
 	return st.Role == "leader", nil
 }
 
+// allVoters checks that the Raft configuration, as leader l lists it,
+// has every node as a voter.
+func allVoters(ctx context.Context, s *server, l int) error {
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	c, err := client.New(s.addrs[l], client.WithAdminToken(s.adminToken), client.WithHTTPClient(&http.Client{Transport: tr}))
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	ms, err := c.Members(sctx)
+	if err != nil {
+		return err
+	}
+	voters := 0
+	for _, m := range ms.Members {
+		if m.Suffrage == "voter" {
+			voters++
+		}
+	}
+	if voters != len(s.addrs) {
+		return fmt.Errorf("%d voters of %d", voters, len(s.addrs))
+	}
+	return nil
+}
+
 // prober does one lock cycle through the nodes in addrs.
 type prober interface {
-	try(ctx context.Context) error
+	try(ctx context.Context, n int) error
 	close()
 }
 
 type ticketdProber struct {
 	cs []*client.Client
 	tr *http.Transport
-	n  int
 }
 
 func newTicketdProber(addrs []string) (*ticketdProber, error) {
 	p := &ticketdProber{tr: &http.Transport{}}
 	for _, a := range addrs {
-		c, err := client.New(a, client.WithHTTPClient(&http.Client{Transport: p.tr, Timeout: time.Second}))
+		c, err := client.New(a, client.WithHTTPClient(&http.Client{Transport: p.tr}))
 		if err != nil {
 			return nil, err
 		}
@@ -99,16 +127,16 @@ func newTicketdProber(addrs []string) (*ticketdProber, error) {
 	return p, nil
 }
 
-// try grants and releases the probe ticket through the next node (a
-// follower forwards to the leader).
-func (p *ticketdProber) try(ctx context.Context) error {
-	c := p.cs[p.n%len(p.cs)]
-	p.n++
-	l, err := c.Grant(ctx, "failover-probe", "prober", 5)
+// try grants probe ticket n through node n mod the survivors (a
+// follower forwards to the leader) and releases it.
+func (p *ticketdProber) try(ctx context.Context, n int) error {
+	c := p.cs[n%len(p.cs)]
+	name := fmt.Sprintf("failover-probe-%d", n)
+	l, err := c.Grant(ctx, name, "prober", 5)
 	if err != nil {
 		return err
 	}
-	_, _ = c.Release(ctx, "failover-probe", "prober", l.Token)
+	_, _ = c.Release(context.WithoutCancel(ctx), name, "prober", l.Token)
 	return nil
 }
 
@@ -117,7 +145,6 @@ func (p *ticketdProber) close() { p.tr.CloseIdleConnections() }
 type etcdProber struct {
 	cli *clientv3.Client
 	s   *concurrency.Session
-	m   *concurrency.Mutex
 }
 
 func newEtcdProber(ctx context.Context, addrs []string) (*etcdProber, error) {
@@ -130,17 +157,69 @@ func newEtcdProber(ctx context.Context, addrs []string) (*etcdProber, error) {
 		cli.Close()
 		return nil, err
 	}
-	return &etcdProber{cli: cli, s: s, m: concurrency.NewMutex(s, "/bench/failover-probe")}, nil
+	return &etcdProber{cli: cli, s: s}, nil
 }
 
-func (p *etcdProber) try(ctx context.Context) error {
-	if err := p.m.TryLock(ctx); err != nil {
+// try locks and unlocks probe mutex n with the session opened before the kill.
+func (p *etcdProber) try(ctx context.Context, n int) error {
+	m := concurrency.NewMutex(p.s, fmt.Sprintf("/bench/failover-probe-%d", n))
+	if err := m.TryLock(ctx); err != nil {
 		return err
 	}
-	return p.m.Unlock(ctx)
+	_ = m.Unlock(context.WithoutCancel(ctx))
+	return nil
 }
 
 func (p *etcdProber) close() { p.s.Close(); p.cli.Close() }
+
+// probeEvery is how often a new overlapping probe starts (the figure's
+// resolution); each may take up to probeTimeout, so one blocked through
+// the election answers as soon as the new leader commits it.
+const (
+	probeEvery   = 10 * time.Millisecond
+	probeTimeout = 10 * time.Second
+)
+
+// firstSuccess starts a probe every probeEvery and returns the time from
+// killed to the first that succeeds (60 s at most).
+func firstSuccess(ctx context.Context, p prober, killed time.Time) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	won := make(chan time.Duration, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	tick := time.NewTicker(probeEvery)
+	defer tick.Stop()
+	var lastErr atomic.Pointer[error]
+	for n := 1; ; n++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			actx, acancel := context.WithTimeout(ctx, probeTimeout)
+			defer acancel()
+			if err := p.try(actx, n); err != nil {
+				lastErr.Store(&err)
+				return
+			}
+			select {
+			case won <- time.Since(killed):
+			default:
+			}
+		}()
+		select {
+		case d := <-won:
+			return d, nil
+		case <-ctx.Done():
+			err := ctx.Err()
+			if e := lastErr.Load(); e != nil {
+				err = *e
+			}
+			return 0, fmt.Errorf("no successful lock within 60 s of the kill: %w", err)
+		case <-tick.C:
+		}
+	}
+}
 
 // summary is the median and the maximum of the trials.
 func (r failoverResult) summary() (median, maximum time.Duration) {
@@ -175,6 +254,9 @@ func failoverTrial(ctx context.Context, e *env, s *server) (time.Duration, error
 		if lead, err = leaderOf(ctx, s); err == nil && lead < 0 {
 			err = errors.New("no leader")
 		}
+		if err == nil && s.system != "etcd" {
+			err = allVoters(ctx, s, lead)
+		}
 		return err
 	})
 	if err != nil {
@@ -196,7 +278,7 @@ func failoverTrial(ctx context.Context, e *env, s *server) (time.Duration, error
 		return 0, err
 	}
 	defer p.close()
-	if err := p.try(ctx); err != nil {
+	if err := p.try(ctx, 0); err != nil {
 		return 0, fmt.Errorf("probe before the kill: %w", err)
 	}
 	victim := s.procs[lead]
@@ -204,29 +286,23 @@ func failoverTrial(ctx context.Context, e *env, s *server) (time.Duration, error
 	if err := victim.cmd.Process.Kill(); err != nil {
 		return 0, err
 	}
-	var took time.Duration
-	deadline := killed.Add(60 * time.Second)
-	for {
-		actx, cancel := context.WithTimeout(ctx, time.Second)
-		err := p.try(actx)
-		cancel()
-		if err == nil {
-			took = time.Since(killed)
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return 0, fmt.Errorf("no successful lock within 60 s of the kill: %w", err)
-		}
-		time.Sleep(5 * time.Millisecond) // probe pacing (the figure's resolution)
+	took, err := firstSuccess(ctx, p, killed)
+	if err != nil {
+		return 0, err
 	}
 	if err := e.restart(victim); err != nil {
 		return took, fmt.Errorf("restart: %w", err)
 	}
-	// Whole again: every node answers and one leads.
-	err = poll(ctx, 120*time.Second, s.procs, func() error {
+	// Whole again: every node answers, one leads, and (ticketd) the
+	// restarted node is a voter again (the leader's reconciler removes a
+	// dead voter and adds it back when it is live in gossip).
+	err = poll(ctx, 180*time.Second, s.procs, func() error {
 		l, err := leaderOf(ctx, s)
 		if err == nil && l < 0 {
 			err = errors.New("no leader")
+		}
+		if err == nil && s.system != "etcd" {
+			err = allVoters(ctx, s, l)
 		}
 		return err
 	})

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -157,15 +159,16 @@ func freePorts(n int) ([]int, error) {
 // server is one system under test: its processes and the endpoint the
 // load goes to (the leader's).
 type server struct {
-	label    string // "etcd ×3"
-	system   string // etcd or ticketd
-	nodes    int
-	procs    []*proc
-	endpoint string   // ticketd: URL; etcd: HOST:PORT
-	leader   int      // index in procs of the leader
-	pprof    []string // ticketd with -profile: each node's pprof HOST:PORT
-	h2c      bool     // its clients speak h2c (-h2c-compare)
-	addrs    []string // every node's endpoint, in procs order
+	label      string // "etcd ×3"
+	system     string // etcd or ticketd
+	nodes      int
+	procs      []*proc
+	endpoint   string   // ticketd: URL; etcd: HOST:PORT
+	leader     int      // index in procs of the leader
+	pprof      []string // ticketd with -profile: each node's pprof HOST:PORT
+	h2c        bool     // its clients speak h2c (-h2c-compare)
+	addrs      []string // every node's endpoint, in procs order
+	adminToken string   // ticketd cluster: for the members list
 }
 
 // startEtcd starts an n-member etcd cluster (fsync on: etcd's default) and
@@ -279,6 +282,15 @@ func (e *env) startTicketd(ctx context.Context, n int, extra []string, profile b
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("cluster-keys.sh: %v\n%s", err, out)
 		}
+		// An admin token: the failover trials read the Raft configuration.
+		tok := make([]byte, 32)
+		if _, err := rand.Read(tok); err != nil {
+			return nil, err
+		}
+		s.adminToken = base64.RawURLEncoding.EncodeToString(tok)
+		if err := os.WriteFile(filepath.Join(keys, "admin.token"), []byte(s.adminToken), 0o600); err != nil {
+			return nil, err
+		}
 		agent, err := e.start("agent", nil, filepath.Join(e.bin, "tckclk-agent"), "--dev", "--listen", agentAddr,
 			"--http", fmt.Sprintf("127.0.0.1:%d", ports[2*n+1]), "--secret-file", filepath.Join(keys, "clock.secret"))
 		if err != nil {
@@ -296,7 +308,8 @@ func (e *env) startTicketd(ctx context.Context, n int, extra []string, profile b
 			return nil, err
 		}
 		for i, name := range names {
-			args := append([]string{"--config", filepath.Join(keys, name+".yaml"), "--log.level", "warn"}, clockFlags...)
+			args := append([]string{"--config", filepath.Join(keys, name+".yaml"), "--log.level", "warn",
+				"--api.admin_token_file", filepath.Join(keys, "admin.token")}, clockFlags...)
 			more, err := nodeFlags(i)
 			if err != nil {
 				return nil, err

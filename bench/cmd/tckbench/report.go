@@ -126,6 +126,7 @@ func writeReport(o options, m meta, all []measured, fos []failoverResult) error 
 	}
 	fmt.Fprintf(w, "- CPU: seconds per 1,000 cycles over exactly the measured window: each server process from /proc/PID/stat (utime+stime; for 3 nodes in node order, the leader marked L), the load generator (this process, both systems' clients are Go), and the whole machine's busy time from /proc/stat (includes other users of the machine).\n\n")
 
+	fmt.Fprintf(w, "The bottleneck analysis (CPU and block profiles, fsyncs and syscalls per cycle, the experiments) is in [findings.md](findings.md), written from the `-profile` / `-strace` runs.\n\n")
 	fmt.Fprintf(w, "## Ratios ticketd / etcd\n\nThroughput is acquisitions per second (in the contended workload most attempts find the lock held; latency there is per attempt).\n\n")
 	fmt.Fprintf(w, "The machine's busy share (last column of the figures) shows whether it was saturated: at ~100%% the other users of the shared machine take whatever the servers leave, so machine CPU per cycle is then an upper bound, not a cost.\n\n")
 	fmt.Fprintf(w, "| workload | clients | target | throughput | p50 | p99 | p99.9 | server CPU/cycle | machine CPU/cycle | target (3 nodes, 64/256: ≥ 1.5× throughput, p99 ≤ 0.8×) |\n|---|---|---|---|---|---|---|---|---|---|\n")
@@ -165,7 +166,7 @@ func writeReport(o options, m meta, all []measured, fos []failoverResult) error 
 	}
 	if len(fos) > 0 {
 		fmt.Fprintf(w, "## Failover: kill -9 of the leader (3 nodes)\n\n")
-		fmt.Fprintf(w, "Time from `kill -9` of the leader to the first successful lock cycle through the surviving nodes (a probe every 5 ms, 1 s timeout each; ticketd: Grant+Release through a survivor, which forwards to the new leader; etcd: TryLock+Unlock with a session opened before the kill, client on the survivors). The killed node is restarted and the cluster is whole again before the next trial.\n\n")
+		fmt.Fprintf(w, "Time from `kill -9` of the leader to the first successful lock cycle through the surviving nodes (overlapping probes, a new one every 10 ms, each allowed 10 s, so one blocked through the election answers as soon as the new leader commits it; ticketd: Grant+Release through a survivor, which forwards to the new leader; etcd: TryLock+Unlock with a session opened before the kill, client on the survivors). The killed node is restarted and the cluster is whole again before the next trial.\n\n")
 		fmt.Fprintf(w, "| target | trials | median | max | failed trials |\n|---|---|---|---|---|\n")
 		for _, f := range fos {
 			med, mx := f.summary()
