@@ -98,10 +98,7 @@ func writeReport(o options, m meta, all []measured, fos []failoverResult) error 
 	if err := os.WriteFile(filepath.Join(dir, base+".json"), append(js, '\n'), 0o644); err != nil {
 		return err
 	}
-	plots, err := writePlots(dir, base, all)
-	if err != nil {
-		return err
-	}
+	plots, perr := writePlots(dir, base, all)
 	f, err := os.Create(o.out)
 	if err != nil {
 		return err
@@ -177,14 +174,21 @@ func writeReport(o options, m meta, all []measured, fos []failoverResult) error 
 		}
 		fmt.Fprintf(w, "\n")
 	}
+	if perr != nil {
+		fmt.Fprintf(w, "(No plots: %v.)\n\n", perr)
+	}
 	fmt.Fprintf(w, "Raw figures: %s.json.\n", base)
 	return nil
 }
 
 // writePlots draws throughput and p99 against clients for the
 // independent workload, one line per target.
-func writePlots(dir, base string, all []measured) ([]string, error) {
-	var names []string
+func writePlots(dir, base string, all []measured) (names []string, err error) {
+	defer func() { // gonum/plot panics on some degenerate axes
+		if r := recover(); r != nil {
+			names, err = nil, fmt.Errorf("plot: %v", r)
+		}
+	}()
 	for _, spec := range []struct {
 		file, title, y string
 		f              func(load measured) float64
@@ -212,6 +216,9 @@ func writePlots(dir, base string, all []measured) ([]string, error) {
 		}
 		if len(order) == 0 {
 			return nil, nil
+		}
+		if xs := byTarget[order[0]]; len(xs) > 0 && xs[0].X == xs[len(xs)-1].X {
+			p.X.Min, p.X.Max = xs[0].X/2, xs[0].X*2 // one client count: a range for the log axis
 		}
 		for _, t := range order {
 			lines = append(lines, t, byTarget[t])
