@@ -226,7 +226,7 @@ func writePlots(dir, base string, all []measured) (names []string, err error) {
 		if err := plotutil.AddLinePoints(p, lines...); err != nil {
 			return nil, err
 		}
-		p.Legend.Top = true
+		p.Legend.Top, p.Legend.Left = true, true
 		if err := p.Save(6*vg.Inch, 4*vg.Inch, filepath.Join(dir, spec.file)); err != nil {
 			return nil, err
 		}
