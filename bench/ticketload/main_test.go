@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tckclk/tckclk/bench/internal/load"
 	"github.com/tckclk/tckclk/node"
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/api/wire"
@@ -187,7 +188,7 @@ func TestHandoffWithEtcd(t *testing.T) {
 	if grants < 1 || releases != grants {
 		t.Fatalf("the server counts %v grants and %v releases", grants, releases)
 	}
-	if l := listTickets(t, url, handoffName); len(l.Tickets) != 0 {
+	if l := listTickets(t, url, load.HandoffName); len(l.Tickets) != 0 {
 		t.Fatalf("the contended ticket is still held after the run: %+v", l.Tickets[0])
 	}
 }

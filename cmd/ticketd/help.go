@@ -24,6 +24,8 @@ options:
   --http ADDR       the API's HOST:PORT, as api.addr (default ` + node.DefaultAPIAddr + `)
   --print-config    print the effective configuration (secrets redacted) and exit
   --version         print the version and exit
+  --debug.pprof ADDR  serve Go's pprof profiles on a loopback HOST:PORT
+                    (block and mutex profiling on; for benchmarks, off by default)
   -h, --help        print this help and exit
 
 configuration keys (each a key of ticketd.yaml too; numbers in plain decimal,

@@ -46,6 +46,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	httpAddr := fs.String("http", "", "API address (api.addr)")
 	printConfig := fs.Bool("print-config", false, "print the effective configuration and exit")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	pprofAddr := fs.String("debug.pprof", "", "serve net/http/pprof on this loopback HOST:PORT (profiling only)")
 	keys := bindKeys(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -101,6 +102,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	log := newLogger(stderr, cfg.Log)
+	if *pprofAddr != "" {
+		_, stopPprof, err := startPprof(*pprofAddr, log)
+		if err != nil {
+			fmt.Fprintf(stderr, "ticketd: %v\n", err)
+			return 2
+		}
+		defer stopPprof()
+	}
 	// SIGHUP re-reads the config and applies the trust map (cluster mode).
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)

@@ -1,0 +1,387 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tckclk/tckclk/node/api/client"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// clockFlags widen the cluster nodes' clock limits for a machine loaded by
+// other work, as deploy/demo_test.go's testClockFlags do: at the default
+// Δ 500 ms max_rtt_ms is 125 and one agent exchange delayed by a busy
+// scheduler fails a node. The check still runs per proposal; only its
+// limits are wider (the report says so).
+var clockFlags = []string{"--clock.delta_ms", "12000", "--clock.probe_interval_ms", "3000",
+	"--clock.probe_timeout_ms", "3000", "--clock.staleness_ms", "30000"}
+
+// proc is one server process this run started.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	bin  string
+	args []string
+	env  []string
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+// exited reports whether the process has ended.
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends SIGTERM and waits up to 20 s, then kills.
+func (p *proc) stop() {
+	if p.exited() {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// env is the run's temp dir, binaries and the processes it started.
+type env struct {
+	dir, bin, repo string
+	etcd           string
+	procs          []*proc
+}
+
+func (e *env) start(name string, extraEnv []string, bin string, args ...string) (*proc, error) {
+	p, err := e.spawn(name, extraEnv, bin, args)
+	if err != nil {
+		return nil, err
+	}
+	e.procs = append(e.procs, p)
+	return p, nil
+}
+
+// restart starts p again with the same command line (after it was
+// killed), appending to its log; p is updated in place.
+func (e *env) restart(p *proc) error {
+	<-p.done
+	q, err := e.spawn(p.name, p.env, p.bin, p.args)
+	if err != nil {
+		return err
+	}
+	*p = *q
+	return nil
+}
+
+func (e *env) spawn(name string, extraEnv []string, bin string, args []string) (*proc, error) {
+	logPath := filepath.Join(e.dir, "logs", name+".log")
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), extraEnv...)
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{}), bin: bin, args: args, env: extraEnv}
+	done := p.done
+	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
+	return p, nil
+}
+
+// stopAll stops every process, newest first.
+func (e *env) stopAll() {
+	for i := len(e.procs) - 1; i >= 0; i-- {
+		e.procs[i].stop()
+	}
+	e.procs = nil
+}
+
+// build compiles ticketd and the agent from the repository root.
+func (e *env) build() error {
+	cmd := exec.Command("go", "build", "-o", e.bin+"/", "./cmd/ticketd", "./cmd/tckclk-agent")
+	cmd.Dir = e.repo
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// freePorts returns n distinct loopback ports free for TCP and UDP.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var hold []func() error
+	defer func() {
+		for _, c := range hold {
+			c()
+		}
+	}()
+	for len(ports) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			l.Close()
+			continue
+		}
+		hold = append(hold, l.Close, u.Close)
+		ports = append(ports, port)
+	}
+	return ports, nil
+}
+
+// server is one system under test: its processes and the endpoint the
+// load goes to (the leader's).
+type server struct {
+	label      string // "etcd ×3"
+	system     string // etcd or ticketd
+	nodes      int
+	procs      []*proc
+	endpoint   string   // ticketd: URL; etcd: HOST:PORT
+	leader     int      // index in procs of the leader
+	pprof      []string // ticketd with -profile: each node's pprof HOST:PORT
+	h2c        bool     // its clients speak h2c (-h2c-compare)
+	addrs      []string // every node's endpoint, in procs order
+	adminToken string   // ticketd cluster: for the members list
+}
+
+// startEtcd starts an n-member etcd cluster (fsync on: etcd's default) and
+// returns it with the leader's client endpoint.
+func (e *env) startEtcd(ctx context.Context, n int) (*server, error) {
+	ports, err := freePorts(2 * n)
+	if err != nil {
+		return nil, err
+	}
+	var initial []string
+	for i := range n {
+		initial = append(initial, fmt.Sprintf("e%d=http://127.0.0.1:%d", i+1, ports[n+i]))
+	}
+	s := &server{label: fmt.Sprintf("etcd ×%d", n), system: "etcd", nodes: n}
+	var eps []string
+	for i := range n {
+		name := fmt.Sprintf("e%d", i+1)
+		cu, pu := fmt.Sprintf("http://127.0.0.1:%d", ports[i]), fmt.Sprintf("http://127.0.0.1:%d", ports[n+i])
+		p, err := e.start(fmt.Sprintf("etcd%d-%s", n, name), nil, e.etcd, "--name", name,
+			"--data-dir", filepath.Join(e.dir, fmt.Sprintf("etcd%d-%s", n, name)),
+			"--listen-client-urls", cu, "--advertise-client-urls", cu,
+			"--listen-peer-urls", pu, "--initial-advertise-peer-urls", pu,
+			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
+			"--initial-cluster-token", fmt.Sprintf("tckbench-%d", n), "--logger", "zap", "--log-level", "error")
+		if err != nil {
+			return nil, err
+		}
+		s.procs = append(s.procs, p)
+		eps = append(eps, fmt.Sprintf("127.0.0.1:%d", ports[i]))
+	}
+	s.addrs = eps
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	err = poll(ctx, 60*time.Second, s.procs, func() error {
+		for _, ep := range eps {
+			sctx, cancel := context.WithTimeout(ctx, time.Second)
+			st, err := cli.Status(sctx, ep)
+			cancel()
+			if err != nil {
+				return err
+			}
+			if st.Leader != 0 && st.Leader == st.Header.MemberId {
+				s.endpoint = ep
+				s.leader = slices.Index(eps, ep)
+				return nil
+			}
+		}
+		return errors.New("no leader yet")
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.label, err)
+	}
+	return s, nil
+}
+
+// startTicketd starts a single node (no agent: as bench/etcd.sh) or an
+// n-node cluster with a --dev agent and keys from deploy/cluster-keys.sh
+// (as deploy/demo.sh), clock limits widened (clockFlags); fsync is always
+// on. It returns it with the leader's URL.
+func (e *env) startTicketd(ctx context.Context, n int, extra []string, profile bool) (*server, error) {
+	s := &server{label: fmt.Sprintf("ticketd ×%d", n), system: "ticketd", nodes: n}
+	nodeFlags := func(i int) ([]string, error) {
+		if !profile {
+			return extra, nil
+		}
+		ports, err := freePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		a := fmt.Sprintf("127.0.0.1:%d", ports[0])
+		s.pprof = append(s.pprof, a)
+		return append(slices.Clone(extra), "--debug.pprof", a), nil
+	}
+	var urls []string
+	if n == 1 {
+		ports, err := freePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		u := fmt.Sprintf("127.0.0.1:%d", ports[0])
+		more, err := nodeFlags(0)
+		if err != nil {
+			return nil, err
+		}
+		args := append([]string{"--data-dir", filepath.Join(e.dir, "ticketd1"), "--http", u, "--log.level", "warn"}, more...)
+		p, err := e.start("ticketd1", nil, filepath.Join(e.bin, "ticketd"), args...)
+		if err != nil {
+			return nil, err
+		}
+		s.procs, urls = []*proc{p}, []string{"http://" + u}
+	} else {
+		ports, err := freePorts(2*n + 2)
+		if err != nil {
+			return nil, err
+		}
+		var names, api, gossip []string
+		for i := range n {
+			names = append(names, fmt.Sprintf("node-%d", i+1))
+			api = append(api, fmt.Sprint(ports[i]))
+			gossip = append(gossip, fmt.Sprint(ports[n+i]))
+			urls = append(urls, fmt.Sprintf("http://127.0.0.1:%d", ports[i]))
+		}
+		agentAddr := fmt.Sprintf("127.0.0.1:%d", ports[2*n])
+		keys := filepath.Join(e.dir, "keys")
+		kenv := []string{"TCKCLK_API_PORTS=" + strings.Join(api, " "), "TCKCLK_GOSSIP_PORTS=" + strings.Join(gossip, " "), "TCKCLK_AGENT_ADDR=" + agentAddr}
+		cmd := exec.Command("sh", append([]string{filepath.Join(e.repo, "deploy", "cluster-keys.sh"), keys}, names...)...)
+		cmd.Env = append(os.Environ(), kenv...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("cluster-keys.sh: %v\n%s", err, out)
+		}
+		// An admin token: the failover trials read the Raft configuration.
+		tok := make([]byte, 32)
+		if _, err := rand.Read(tok); err != nil {
+			return nil, err
+		}
+		s.adminToken = base64.RawURLEncoding.EncodeToString(tok)
+		if err := os.WriteFile(filepath.Join(keys, "admin.token"), []byte(s.adminToken), 0o600); err != nil {
+			return nil, err
+		}
+		agent, err := e.start("agent", nil, filepath.Join(e.bin, "tckclk-agent"), "--dev", "--listen", agentAddr,
+			"--http", fmt.Sprintf("127.0.0.1:%d", ports[2*n+1]), "--secret-file", filepath.Join(keys, "clock.secret"))
+		if err != nil {
+			return nil, err
+		}
+		// Nodes prove their clock at start: the agent comes first.
+		err = poll(ctx, 30*time.Second, []*proc{agent}, func() error {
+			b, _ := os.ReadFile(agent.log)
+			if strings.Contains(string(b), `msg="source healthy"`) {
+				return nil
+			}
+			return errors.New("agent has no healthy source yet")
+		})
+		if err != nil {
+			return nil, err
+		}
+		for i, name := range names {
+			args := append([]string{"--config", filepath.Join(keys, name+".yaml"), "--log.level", "warn",
+				"--api.admin_token_file", filepath.Join(keys, "admin.token")}, clockFlags...)
+			more, err := nodeFlags(i)
+			if err != nil {
+				return nil, err
+			}
+			p, err := e.start("ticketd3-"+name, nil, filepath.Join(e.bin, "ticketd"), append(args, more...)...)
+			if err != nil {
+				return nil, err
+			}
+			s.procs = append(s.procs, p)
+		}
+	}
+	s.addrs = urls
+	err := poll(ctx, 120*time.Second, s.procs, func() error {
+		leader := ""
+		for i, u := range urls {
+			c, err := client.New(u)
+			if err != nil {
+				return err
+			}
+			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err = c.Ready(sctx)
+			var st *wireStatus
+			if err == nil {
+				st, err = status(sctx, c)
+			}
+			cancel()
+			if err != nil {
+				return fmt.Errorf("%s: %w", u, err)
+			}
+			if st.role == "leader" {
+				leader, s.leader = u, i
+			}
+		}
+		if leader == "" {
+			return errors.New("no leader yet")
+		}
+		s.endpoint = leader
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.label, err)
+	}
+	return s, nil
+}
+
+type wireStatus struct{ role string }
+
+func status(ctx context.Context, c *client.Client) (*wireStatus, error) {
+	st, err := c.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &wireStatus{role: st.Role}, nil
+}
+
+// poll calls f until it returns nil or wait passes; it gives up at once
+// when one of procs exits.
+func poll(ctx context.Context, wait time.Duration, procs []*proc, f func() error) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		for _, p := range procs {
+			if p.exited() {
+				return fmt.Errorf("%s exited during start-up (log %s)", p.name, p.log)
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("not ready after %v: %w", wait, err)
+		}
+		time.Sleep(100 * time.Millisecond) // readiness poll with a deadline
+	}
+}
