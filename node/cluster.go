@@ -222,10 +222,11 @@ func (cl *clusterNode) openConsensus(h *clusterHooks) (*consensus.Raft, error) {
 		Timing:            timing,
 		SnapshotThreshold: n.cfg.Cluster.Raft.SnapshotThreshold, SnapshotInterval: n.cfg.Cluster.Raft.SnapshotInterval,
 		TrailingLogs: n.cfg.Cluster.Raft.TrailingLogs, Notify: n.notify, Logger: n.log,
-		// A Raft goroutine stuck on a pipeline or in an RPC to a peer would
-		// hang the stop: close the pipelines (cluster_contact.go) and the
-		// mesh's sessions, which end every stream it may wait on.
-		Unblock: func() { cl.tr.closePipelines(); _ = cl.mesh.Close() },
+		// A Raft goroutine stuck in an RPC to a silent peer would hang the
+		// stop: close the mesh's sessions, which ends every stream it may
+		// wait on. (Pipelining, whose deadlock parks off any stream, is off:
+		// MaxRPCsInFlight 1 in listenMesh.)
+		Unblock: func() { _ = cl.mesh.Close() },
 	})
 	if err != nil {
 		return nil, err
