@@ -118,26 +118,11 @@ func TestBinaryDevBlackBox(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "tckclk-agent")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	sec := writeFile(t, "s", secretBytes, 0o600)
 	port := freePort(t)
 	hport := freePort(t)
-	var stderr bytes.Buffer
-	cmd := exec.Command(bin, "--dev", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--http", fmt.Sprintf("127.0.0.1:%d", hport), "--secret-file", sec)
-	cmd.Stderr = &stderr
-	cmd.Env = []string{} // no CLUSTER_CLOCK_AGENT_SECRET from the test's environment
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-waited
-	})
+	a := startDevAgent(t, nil, port, hport, sec)
+	cmd, stderr := a.cmd, &a.stderr
 	start := time.Now()
 	for {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", hport))
@@ -173,15 +158,7 @@ func TestBinaryDevBlackBox(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-waited:
-		waited <- err
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, stderr.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no exit after SIGTERM")
-	}
+	a.waitExit0()
 	if strings.Contains(stderr.String(), string(secretBytes)) || strings.Contains(stderr.String(), string(next)) {
 		t.Fatal("a secret reached the log")
 	}
@@ -233,5 +210,52 @@ func TestExitOneWhenThePortIsTaken(t *testing.T) {
 	code := run(context.Background(), []string{"--dev", "--listen", l.Addr().String(), "--http", "127.0.0.1:0", "--secret-file", sec}, &out, &errb, envOf(nil))
 	if code != 1 || !strings.Contains(errb.String(), "address already in use") {
 		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+}
+
+// devAgent is a built `tckclk-agent --dev` process started by a test,
+// killed at cleanup if still running.
+type devAgent struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	stderr bytes.Buffer
+	waited chan error
+}
+
+// startDevAgent builds the command and runs it with --dev on the given
+// ports and secret file, with env as its whole environment (never the
+// test's CLUSTER_CLOCK_AGENT_SECRET).
+func startDevAgent(t *testing.T, env []string, port, hport int, secretFile string) *devAgent {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "tckclk-agent")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	a := &devAgent{t: t, waited: make(chan error, 1)}
+	a.cmd = exec.Command(bin, "--dev", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--http", fmt.Sprintf("127.0.0.1:%d", hport), "--secret-file", secretFile)
+	a.cmd.Stderr = &a.stderr
+	a.cmd.Env = append([]string{}, env...)
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { a.waited <- a.cmd.Wait() }()
+	t.Cleanup(func() {
+		a.cmd.Process.Kill()
+		<-a.waited
+	})
+	return a
+}
+
+// waitExit0 waits (10 s at most) for the process to exit with status 0.
+func (a *devAgent) waitExit0() {
+	a.t.Helper()
+	select {
+	case err := <-a.waited:
+		a.waited <- err // the cleanup's receive
+		if err != nil {
+			a.t.Fatalf("exit after SIGTERM: %v\n%s", err, a.stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		a.t.Fatal("no exit after SIGTERM")
 	}
 }

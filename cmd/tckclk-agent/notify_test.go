@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -18,10 +17,6 @@ import (
 func TestSystemdNotifyReadyMeansSynced(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
-	}
-	bin := filepath.Join(t.TempDir(), "tckclk-agent")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	sock := filepath.Join(t.TempDir(), "notify")
 	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
@@ -41,16 +36,7 @@ func TestSystemdNotifyReadyMeansSynced(t *testing.T) {
 	}
 	sec := writeFile(t, "s", secretBytes, 0o600)
 	hport := freePort(t)
-	cmd := exec.Command(bin, "--dev", "--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--http", fmt.Sprintf("127.0.0.1:%d", hport), "--secret-file", sec)
-	cmd.Env = []string{"NOTIFY_SOCKET=" + sock}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-waited })
+	a := startDevAgent(t, []string{"NOTIFY_SOCKET=" + sock}, freePort(t), hport, sec)
 
 	m := read()
 	for strings.HasPrefix(m, "STATUS=") {
@@ -67,19 +53,11 @@ func TestSystemdNotifyReadyMeansSynced(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("READY=1 sent while /readyz is %d", resp.StatusCode)
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
+	a.cmd.Process.Signal(syscall.SIGTERM)
 	for m = read(); !strings.HasPrefix(m, "STOPPING=1"); m = read() {
 		if strings.Contains(m, "READY=1") {
 			t.Fatalf("READY=1 twice: %q", m)
 		}
 	}
-	select {
-	case err := <-waited:
-		waited <- err
-		if err != nil {
-			t.Fatalf("exit: %v\n%s", err, stderr.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no exit after SIGTERM")
-	}
+	a.waitExit0()
 }
