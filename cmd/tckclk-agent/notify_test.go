@@ -11,7 +11,8 @@ import (
 	"time"
 )
 
-// deploy/systemd/tckclk-agent.service is Type=notify: the agent sends
+// SPEC §3.5 / §2.3 (readiness is /readyz, never a bound port), for the
+// Type=notify unit deploy/systemd/tckclk-agent.service: the agent sends
 // READY=1 once it is synced (its /readyz answers 200 then), never for a
 // bound port alone, and STOPPING=1 at SIGTERM.
 func TestSystemdNotifyReadyMeansSynced(t *testing.T) {

@@ -52,7 +52,8 @@ func next(t *testing.T, msgs <-chan string, timeout time.Duration) string {
 	}
 }
 
-// deploy/systemd/ticketd.service is Type=notify: ticketd sends READY=1
+// SPEC §3.5 (a TCP connect is never readiness), for the Type=notify unit
+// deploy/systemd/ticketd.service: ticketd sends READY=1
 // once, when /readyz first answers 200 — never for a bound port alone —
 // STATUS= with the stage while starting, and STOPPING=1 at SIGTERM.
 func TestSystemdNotifyReadyMeansReadyz(t *testing.T) {
