@@ -40,7 +40,7 @@ func TestNotifySequence(t *testing.T) {
 	if err != nil || n == nil {
 		t.Fatalf("FromEnv: %v, %v", n, err)
 	}
-	if _, set := lookup("NOTIFY_SOCKET"); set {
+	if _, set := os.LookupEnv("NOTIFY_SOCKET"); set {
 		t.Fatal("NOTIFY_SOCKET still set: a child would inherit it")
 	}
 	must := func(err error) {
@@ -114,5 +114,3 @@ func TestAbstractSocket(t *testing.T) {
 		t.Fatalf("abstract socket: %q, %v", buf[:k], err)
 	}
 }
-
-func lookup(k string) (string, bool) { return os.LookupEnv(k) }
