@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -309,33 +310,79 @@ func (r *safetyRig) healNets() {
 	r.gossipNet.HealAll()
 }
 
-// churn moves leadership between the healthy nodes every ~600 ms (the
-// slowest clock's grants then meet the fastest clock's expiries) and,
-// when partitions is set, now and then isolates the leader or slows one
-// of its links for a second, until ctx ends.
-func (r *safetyRig) churn(ctx context.Context, seed uint64, partitions bool) {
+// safetyFaults are the churn's fault kinds (TCKCLK_SAFETY_FAULTS, a
+// comma list; default all): leader_transfer moves leadership; partition cuts the
+// leader off (mesh and gossip); delay slows one of the leader's links;
+// oneway makes the leader deaf (its peers' bytes to it held, its own
+// still delivered); bridge cuts the leader from one follower only, the
+// third node still reaching both.
+var safetyFaults = []string{"leader_transfer", "partition", "delay", "oneway", "bridge"}
+
+// faultMix is the run's enabled fault kinds.
+func faultMix(t *testing.T) map[string]bool {
+	v, ok := os.LookupEnv("TCKCLK_SAFETY_FAULTS")
+	if !ok {
+		v = strings.Join(safetyFaults, ",")
+	}
+	mix := map[string]bool{}
+	for _, f := range strings.Split(v, ",") {
+		f = strings.TrimSpace(f)
+		if !slices.Contains(safetyFaults, f) {
+			t.Fatalf("TCKCLK_SAFETY_FAULTS=%q: unknown fault %q (known: %s)", v, f, strings.Join(safetyFaults, ","))
+		}
+		mix[f] = true
+	}
+	return mix
+}
+
+// churn, until ctx ends, every 400–800 ms either moves leadership between
+// the healthy nodes (the slowest clock's grants then meet the fastest
+// clock's expiries) or, one time in three when partitions is set, applies
+// one of the enabled network faults to the leader for a second.
+func (r *safetyRig) churn(ctx context.Context, seed uint64, partitions bool, mix map[string]bool) {
 	rng := rand.New(rand.NewPCG(seed, 99))
+	var netFaults []string
+	for _, f := range safetyFaults[1:] {
+		if mix[f] {
+			netFaults = append(netFaults, f)
+		}
+	}
 	for workload.Pause(ctx, time.Duration(400+rng.IntN(400))*time.Millisecond) {
 		hs := r.healthy()
 		if len(hs) < 2 {
 			continue
 		}
-		if partitions && rng.IntN(3) == 0 {
+		if partitions && len(netFaults) > 0 && (!mix["leader_transfer"] || rng.IntN(3) == 0) {
 			r.faultMu.Lock()
 			if l := r.leaderName(); l != "" {
-				if rng.IntN(2) == 0 { // the leader cut off, mesh and gossip
+				f := netFaults[rng.IntN(len(netFaults))]
+				others := slices.DeleteFunc(slices.Clone(hs), func(n string) bool { return n == l })
+				to := hs[rng.IntN(len(hs))]
+				if len(others) > 0 {
+					to = others[rng.IntN(len(others))]
+				}
+				switch f {
+				case "partition":
 					r.meshNet.Isolate(l)
 					r.gossipNet.Isolate(l)
-					r.h.Fault("partition")
-				} else { // a slow, jittery link from the leader to one follower
-					to := hs[rng.IntN(len(hs))]
+				case "delay":
 					r.meshNet.Set(l, to, faultnet.Rule{Delay: 30 * time.Millisecond, Jitter: 40 * time.Millisecond})
-					r.h.Fault("delay")
+				case "oneway":
+					for _, o := range others {
+						r.meshNet.Cut(o, l)
+					}
+				case "bridge":
+					r.meshNet.Partition(l, to)
+					r.gossipNet.Partition(l, to)
 				}
+				r.h.Fault(f)
 				workload.Pause(ctx, time.Second)
 				r.healNets()
 			}
 			r.faultMu.Unlock()
+			continue
+		}
+		if !mix["leader_transfer"] {
 			continue
 		}
 		// Mostly to whichever of the slowest and the fastest clock does
@@ -360,7 +407,8 @@ func (r *safetyRig) runFor(d time.Duration, seed uint64, partitions bool, fault 
 	w := r.workload(seed)
 	var wg sync.WaitGroup
 	wg.Go(func() { w.Run(ctx) })
-	wg.Go(func() { r.churn(ctx, seed, partitions) })
+	mix := faultMix(r.t)
+	wg.Go(func() { r.churn(ctx, seed, partitions, mix) })
 	if fault != nil {
 		wg.Go(func() {
 			if workload.Pause(ctx, d/3) {
