@@ -98,19 +98,26 @@ func TestBlackBoxDeadAgentAtStart(t *testing.T) {
 // its TCKCLK/2 address.
 func startDevAgent(t *testing.T, secretFile string) string {
 	t.Helper()
-	cmd, stderr := spawn(t, "tckclk-agent", "--dev", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--secret-file", secretFile)
+	return startDevAgentArgv(t, []string{binary(t, "tckclk-agent")}, "127.0.0.1:0", secretFile)
+}
+
+// startDevAgentArgv is startDevAgent for the command prefix argv0 (the
+// agent binary, perhaps behind `ip netns exec NS`) listening on listen.
+func startDevAgentArgv(t *testing.T, argv0 []string, listen, secretFile string) string {
+	t.Helper()
+	cmd, stderr := spawnArgv(t, nil, append(append([]string(nil), argv0...), "--dev", "--listen", listen, "--http", "127.0.0.1:0", "--secret-file", secretFile))
 	done := make(chan struct{})
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		<-done
 	})
 	addrCh := make(chan string, 1)
-	listen := regexp.MustCompile(`msg="agent serving".* listen=(\S+)`)
+	serving := regexp.MustCompile(`msg="agent serving".* listen=(\S+)`)
 	go func() {
 		defer close(done)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
-			if m := listen.FindStringSubmatch(sc.Text()); m != nil {
+			if m := serving.FindStringSubmatch(sc.Text()); m != nil {
 				addrCh <- m[1]
 			}
 		}

@@ -132,13 +132,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}()
 	// Every file and directory the node creates is owner-only (issue 10).
 	syscall.Umask(0o077)
-	if err := node.RunWith(ctx, cfg, node.Deps{Logger: log, Reload: reload, ReloadConfig: load, Readiness: notifyReadiness(log)}); err != nil {
+	deps := node.Deps{Logger: log, Reload: reload, ReloadConfig: load, Readiness: notifyReadiness(log)}
+	if testFaults != nil {
+		if err := testFaults(&deps, log); err != nil {
+			fmt.Fprintf(stderr, "ticketd: %v\n", err)
+			return 2
+		}
+	}
+	if err := node.RunWith(ctx, cfg, deps); err != nil {
 		fmt.Fprintf(stderr, "ticketd: %v\n", err)
 		return exitCode(err)
 	}
 	log.Info("ticketd stopped")
 	return 0
 }
+
+// testFaults is nil in ticketd. Only a test binary built with -tags
+// tckclk_testfaults (testfaults.go) sets it: it reads the TCKCLK_TESTFAULT_*
+// variables and injects a wall-clock offset or the broken expiry into deps,
+// so the real-process safety scenarios can skew clocks and prove they catch
+// a bug.
+var testFaults func(*node.Deps, *slog.Logger) error
 
 // bindKeys makes every key of ticketd.yaml a flag (SPEC §6).
 func bindKeys(fs *flag.FlagSet) *config.KeyFlags {

@@ -14,46 +14,66 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tckclk/tckclk/node/api/client"
 )
 
-// Binaries built once per test run (go build, not -race: these are the
-// real commands), removed by TestMain.
-var built struct {
+// buildSet is a set of commands built once per test run (go build, not
+// -race: these are the real commands) into a directory removed by
+// TestMain.
+type buildSet struct {
 	once sync.Once
 	dir  string
 	err  error
 }
 
-// binary returns the path of a command of this module (ticketd,
-// tckclk-agent), building both on first use.
-func binary(t *testing.T, name string) string {
+// path builds on first use (go build with args, into the set's directory)
+// and returns the path of the command name.
+func (b *buildSet) path(t *testing.T, name string, args ...string) string {
 	t.Helper()
-	built.once.Do(func() {
+	b.once.Do(func() {
 		goBin, err := exec.LookPath("go")
 		if err != nil {
 			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 		}
-		if built.dir, built.err = os.MkdirTemp("", "ticketd-test-bin-"); built.err != nil {
+		if b.dir, b.err = os.MkdirTemp("", "ticketd-test-bin-"); b.err != nil {
 			return
 		}
-		out, err := exec.Command(goBin, "build", "-o", built.dir+string(os.PathSeparator), ".", "../tckclk-agent").CombinedOutput()
+		out, err := exec.Command(goBin, append([]string{"build", "-o", b.dir + string(os.PathSeparator)}, args...)...).CombinedOutput()
 		if err != nil {
-			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+			b.err = fmt.Errorf("go build %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	})
-	if built.err != nil {
-		t.Fatal(built.err)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return filepath.Join(built.dir, name)
+	return filepath.Join(b.dir, name)
+}
+
+// built: ticketd and tckclk-agent; builtFaults: ticketd with -tags
+// tckclk_testfaults (testfaults.go: a wall-clock offset and the broken
+// expiry from the environment).
+var built, builtFaults buildSet
+
+// binary returns the path of a command of this module (ticketd,
+// tckclk-agent), building both on first use.
+func binary(t *testing.T, name string) string {
+	return built.path(t, name, ".", "../tckclk-agent")
+}
+
+// faultsBinary returns the path of the tckclk_testfaults build of ticketd.
+func faultsBinary(t *testing.T) string {
+	return builtFaults.path(t, "ticketd", "-tags", "tckclk_testfaults", ".")
 }
 
 func removeBinaries() {
-	if built.dir != "" {
-		os.RemoveAll(built.dir)
+	for _, dir := range []string{built.dir, builtFaults.dir} {
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
 	}
 }
 
@@ -92,8 +112,17 @@ func childEnv() []string {
 // spawn starts a built command with childEnv and returns its stderr pipe.
 func spawn(t *testing.T, name string, args ...string) (*exec.Cmd, io.ReadCloser) {
 	t.Helper()
-	cmd := exec.Command(binary(t, name), args...)
-	cmd.Env = childEnv()
+	return spawnArgv(t, nil, append([]string{binary(t, name)}, args...))
+}
+
+// spawnArgv starts argv (a command of this module, or one wrapped in `ip
+// netns exec`, which execs it in place: the process is the command itself)
+// with childEnv plus env and returns its stderr pipe.
+func spawnArgv(t *testing.T, env, argv []string) (*exec.Cmd, io.ReadCloser) {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(childEnv(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the test binary
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +139,15 @@ func spawn(t *testing.T, name string, args ...string) (*exec.Cmd, io.ReadCloser)
 // killed at cleanup if still running.
 func startProc(t *testing.T, args ...string) (p *proc, ok bool) {
 	t.Helper()
-	cmd, stderr := spawn(t, "ticketd", append(args, "--log.format", "json")...)
+	return startProcArgv(t, nil, []string{binary(t, "ticketd")}, args...)
+}
+
+// startProcArgv is startProc for the command prefix argv0 (a ticketd
+// binary, perhaps behind `ip netns exec NS`) with env added.
+func startProcArgv(t *testing.T, env, argv0 []string, args ...string) (p *proc, ok bool) {
+	t.Helper()
+	argv := append(append(append([]string(nil), argv0...), args...), "--log.format", "json")
+	cmd, stderr := spawnArgv(t, env, argv)
 	p = &proc{cmd: cmd, done: make(chan error, 1), tr: &http.Transport{MaxIdleConnsPerHost: 64}, failedCh: make(chan failedEvent, 1)}
 	addrCh := make(chan string, 1)
 	logDone := make(chan struct{})
