@@ -131,6 +131,12 @@ func (cl *clusterNode) deltaMismatch() string {
 // this node's own clock and hold-off.
 func (cl *clusterNode) readiness(reason string) (Stage, string, string) {
 	n := cl.n
+	// Until RunWith stores the consensus handle, open is still setting up
+	// the mesh, Raft and gossip (cl.mem): none of it may be read yet. The
+	// atomic store comes after open, so once it is seen they are set.
+	if n.cons.Load() == nil {
+		return StageRaft, reasonNoLeader, "opening the cluster: mesh, raft, gossip"
+	}
 	if why := cl.deltaMismatch(); why != "" {
 		cl.noteMismatch(why)
 		return StageUniform, reasonDeltaMismatch, why
