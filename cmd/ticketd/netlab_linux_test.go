@@ -77,8 +77,9 @@ func newNetLab(t *testing.T, n int) *netLab {
 	t.Cleanup(func() { l.quiet(l.ipBin, "link", "del", l.bridge) })
 	l.run(l.ipBin, "link", "set", l.bridge, "up")
 	// Docker sets the FORWARD policy to DROP, and with br_netfilter
-	// bridged frames pass through it: let the lab's bridge forward.
-	if ipt := lookTool("iptables"); ipt != "" {
+	// bridged frames pass through it: let the lab's bridge forward, in
+	// whichever iptables (nf_tables or legacy) Docker may have used.
+	for _, ipt := range iptablesTools() {
 		rule := []string{"FORWARD", "-i", l.bridge, "-o", l.bridge, "-j", "ACCEPT"}
 		l.run(ipt, append([]string{"-I"}, rule...)...)
 		t.Cleanup(func() { l.quiet(ipt, append([]string{"-D"}, rule...)...) })
@@ -115,6 +116,22 @@ func newNetLab(t *testing.T, n int) *netLab {
 	return l
 }
 
+// iptablesTools are the iptables variants that work here: iptables-nft
+// and iptables-legacy where both are installed (each has its own FORWARD
+// chain, and a kernel may lack the legacy tables), else plain iptables.
+func iptablesTools() []string {
+	var out []string
+	for _, name := range []string{"iptables-nft", "iptables-legacy"} {
+		if p := lookTool(name); p != "" && exec.Command(p, "-S", "FORWARD").Run() == nil {
+			out = append(out, p)
+		}
+	}
+	if p := lookTool("iptables"); len(out) == 0 && p != "" {
+		out = append(out, p)
+	}
+	return out
+}
+
 // run runs a command of the lab's setup and fails the test if it fails.
 func (l *netLab) run(bin string, args ...string) string {
 	l.t.Helper()
@@ -149,10 +166,11 @@ func labLeftovers(t *testing.T) []string {
 		return m != nil && m[1] == strconv.Itoa(os.Getpid())
 	}
 	var left []string
-	for _, cmd := range [][]string{{ipBin, "netns", "list"}, {ipBin, "-o", "link", "show"}, {lookTool("iptables"), "-S", "FORWARD"}} {
-		if cmd[0] == "" {
-			continue
-		}
+	cmds := [][]string{{ipBin, "netns", "list"}, {ipBin, "-o", "link", "show"}}
+	for _, ipt := range iptablesTools() {
+		cmds = append(cmds, []string{ipt, "-S", "FORWARD"})
+	}
+	for _, cmd := range cmds {
 		out, err := exec.Command(cmd[0], cmd[1:]...).Output()
 		if err != nil {
 			t.Fatalf("%s: %v", strings.Join(cmd, " "), err)
@@ -197,7 +215,7 @@ func (l *netLab) sweep() {
 			l.quiet(l.ipBin, "link", "del", strings.TrimSuffix(f[1], ":"))
 		}
 	}
-	if ipt := lookTool("iptables"); ipt != "" {
+	for _, ipt := range iptablesTools() {
 		out, _ = exec.Command(ipt, "-S", "FORWARD").Output()
 		for _, line := range strings.Split(string(out), "\n") {
 			f := strings.Fields(line)
