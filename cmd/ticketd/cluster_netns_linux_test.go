@@ -345,7 +345,11 @@ func runLab(t *testing.T, broken bool, schedule func(*labRun)) *safety.Result {
 			t.Errorf("ticketload check against the lab cluster: %v", err)
 		}
 	}
-	res, err := safety.Check(h, safety.Config{Timeout: time.Minute})
+	cfg := safety.Config{Timeout: time.Minute}
+	if broken { // its violations are expected: their files go with the test
+		cfg.OutDir = t.TempDir()
+	}
+	res, err := safety.Check(h, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
