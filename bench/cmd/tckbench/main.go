@@ -43,6 +43,12 @@ import (
 )
 
 func main() {
+	if addr := os.Getenv(bareEnv); addr != "" { // the agent section's bare server (agentfloor.go)
+		if err := serveBare(addr, os.Getenv(bareLineEnv)); err != nil {
+			fmt.Fprintf(os.Stderr, "tckbench bare server: %v\n", err)
+			os.Exit(1)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -68,6 +74,7 @@ type options struct {
 	h2c              bool
 	h2cCompare       bool
 	failover         int
+	items            itemOptions // the agent, failover and tightness sections (items.go)
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -92,7 +99,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.strace, "strace", false, "diagnostics: count each leader's fsyncs per Raft entry with strace (slows the servers: not for the figures)")
 	fs.BoolVar(&o.h2c, "h2c", false, "experiment: ticketd clients speak HTTP/2 without TLS (the ticketd built must accept h2c)")
 	fs.BoolVar(&o.h2cCompare, "h2c-compare", false, "experiment: also measure each ticketd with h2c clients, beside the HTTP/1.1 ones")
-	fs.IntVar(&o.failover, "failover", 0, "kill -9 failover trials per 3-node cluster after the load (0: none)")
+	fs.IntVar(&o.failover, "failover", 3, "failover section: trials of each kind — clock FAILED, ticketd and etcd kill -9 (the issue's figure: 20; 0: none)")
+	checkItems := addItemFlags(fs, &o.items)
 	fs.BoolVar(&o.straceAll, "strace-all", false, "with -strace: trace every syscall and count them per cycle (slower still)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -100,8 +108,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	var err error
-	if o.clients, err = ints("-clients", *clients); err == nil {
+	err := checkItems()
+	if err == nil {
+		o.clients, err = ints("-clients", *clients)
+	}
+	if err == nil {
 		o.nodes, err = ints("-nodes", *nodes)
 	}
 	for _, n := range o.nodes {
@@ -121,7 +132,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = errors.New("-contended-clients must be ≥ 0 and -contended-names ≥ 1")
 	case o.only != "" && o.only != "etcd" && o.only != "ticketd":
 		err = fmt.Errorf("-only: %q is neither etcd nor ticketd", o.only)
-	case o.only != "ticketd" && o.etcd == "":
+	case o.only != "ticketd" && o.etcd == "" && (o.items.on("load") || o.items.on("failover")):
 		err = errors.New("-etcd: no etcd binary on PATH; install Debian's etcd-server")
 	}
 	if err != nil {
@@ -223,6 +234,9 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "tckbench: starting servers (data in %s)\n", dir)
 	var servers []*server
 	for _, n := range o.nodes {
+		if !o.items.on("load") && (n != 3 || !o.items.on("failover") || o.failover == 0) {
+			continue // without the load only the kill -9 failover needs these
+		}
 		for _, sys := range []string{"etcd", "ticketd"} {
 			if o.only != "" && o.only != sys {
 				continue
@@ -248,9 +262,11 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	}
 	var works []workload
 	for _, c := range o.clients {
-		works = append(works, workload{"independent", c, load.Independent})
+		if o.items.on("load") {
+			works = append(works, workload{"independent", c, load.Independent})
+		}
 	}
-	if o.contendedClients > 0 {
+	if o.contendedClients > 0 && o.items.on("load") {
 		works = append(works, workload{"contended", o.contendedClients, load.Contended})
 	}
 	var all []measured
@@ -263,15 +279,20 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	}
 	var fos []failoverResult
 	for _, s := range servers {
-		if o.failover > 0 && s.nodes == 3 && !s.h2c {
+		if o.failover > 0 && s.nodes == 3 && !s.h2c && o.items.on("failover") {
 			fos = append(fos, failover(ctx, e, s, o.failover, stdout))
 		}
 	}
+	e.stopAll() // the load clusters: idle, they would only add noise below
+	items, err := runItems(ctx, e, o, stdout)
+	if err != nil {
+		return withLogs(err, e)
+	}
 	meta.LoadAfter = loadavg()
-	if err := writeReport(o, meta, all, fos); err != nil {
+	if err := writeReport(o, meta, all, fos, items); err != nil {
 		return err
 	}
-	printSummary(stdout, o, all, fos)
+	printSummary(stdout, o, all, fos, items)
 	fmt.Fprintf(stdout, "tckbench: wrote %s\n", o.out)
 	return nil
 }

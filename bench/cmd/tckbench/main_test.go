@@ -89,7 +89,7 @@ func TestRunTicketdOnly(t *testing.T) {
 	}
 	out := filepath.Join(t.TempDir(), "r.md")
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), []string{"-only", "ticketd", "-nodes", "1", "-clients", "1", "-contended-clients", "2",
+	code := run(context.Background(), []string{"-sections", "load", "-only", "ticketd", "-nodes", "1", "-clients", "1", "-contended-clients", "2",
 		"-duration", "500ms", "-warmup", "100ms", "-rounds", "1", "-out", out}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout.String(), stderr.String())

@@ -120,6 +120,15 @@ func (e *env) stopAll() {
 	e.procs = nil
 }
 
+// stopFrom stops the processes started since e.procs had k of them,
+// newest first, and forgets them (a section's fresh cluster, done).
+func (e *env) stopFrom(k int) {
+	for i := len(e.procs) - 1; i >= k; i-- {
+		e.procs[i].stop()
+	}
+	e.procs = e.procs[:k]
+}
+
 // build compiles ticketd and the agent from the repository root.
 func (e *env) build() error {
 	cmd := exec.Command("go", "build", "-o", e.bin+"/", "./cmd/ticketd", "./cmd/tckclk-agent")
@@ -227,11 +236,48 @@ func (e *env) startEtcd(ctx context.Context, n int) (*server, error) {
 	return s, nil
 }
 
+// startDevAgent starts `tckclk-agent --dev` and waits for its source to
+// be healthy (nodes prove their clock at start: the agent comes first).
+func (e *env) startDevAgent(ctx context.Context, name, listen, httpAddr, secretFile string) error {
+	agent, err := e.start(name, nil, filepath.Join(e.bin, "tckclk-agent"), "--dev", "--listen", listen,
+		"--http", httpAddr, "--secret-file", secretFile)
+	if err != nil {
+		return err
+	}
+	return poll(ctx, 30*time.Second, []*proc{agent}, func() error {
+		b, _ := os.ReadFile(agent.log)
+		if strings.Contains(string(b), `msg="source healthy"`) {
+			return nil
+		}
+		return errors.New("agent has no healthy source yet")
+	})
+}
+
 // startTicketd starts a single node (no agent: as bench/etcd.sh) or an
 // n-node cluster with a --dev agent and keys from deploy/cluster-keys.sh
 // (as deploy/demo.sh), clock limits widened (clockFlags); fsync is always
 // on. It returns it with the leader's URL.
 func (e *env) startTicketd(ctx context.Context, n int, extra []string, profile bool) (*server, error) {
+	return e.startTicketdSpec(ctx, clusterSpec{n: n, extra: extra, profile: profile})
+}
+
+// clusterSpec is what startTicketdSpec varies: the load clusters use only
+// n, extra and profile; the clock-failover and tightness sections (fresh
+// clusters, agents of their own) the rest.
+type clusterSpec struct {
+	n       int
+	extra   []string
+	profile bool
+	prefix  string // names the keys dir, data and logs: "" for the load clusters
+	// nodeAgent, when set (3 nodes), gives node i's clock agent address
+	// (--clock.agent_addr) once the keys exist in keysDir; devAgent is
+	// the --dev agent's address, "" with noDevAgent.
+	nodeAgent  func(i int, devAgent, keysDir string) (string, error)
+	noDevAgent bool
+}
+
+func (e *env) startTicketdSpec(ctx context.Context, spec clusterSpec) (*server, error) {
+	n, extra, profile := spec.n, spec.extra, spec.profile
 	s := &server{label: fmt.Sprintf("ticketd ×%d", n), system: "ticketd", nodes: n}
 	nodeFlags := func(i int) ([]string, error) {
 		if !profile {
@@ -275,7 +321,7 @@ func (e *env) startTicketd(ctx context.Context, n int, extra []string, profile b
 			urls = append(urls, fmt.Sprintf("http://127.0.0.1:%d", ports[i]))
 		}
 		agentAddr := fmt.Sprintf("127.0.0.1:%d", ports[2*n])
-		keys := filepath.Join(e.dir, "keys")
+		keys := filepath.Join(e.dir, spec.prefix+"keys")
 		kenv := []string{"TCKCLK_API_PORTS=" + strings.Join(api, " "), "TCKCLK_GOSSIP_PORTS=" + strings.Join(gossip, " "), "TCKCLK_AGENT_ADDR=" + agentAddr}
 		cmd := exec.Command("sh", append([]string{filepath.Join(e.repo, "deploy", "cluster-keys.sh"), keys}, names...)...)
 		cmd.Env = append(os.Environ(), kenv...)
@@ -291,20 +337,9 @@ func (e *env) startTicketd(ctx context.Context, n int, extra []string, profile b
 		if err := os.WriteFile(filepath.Join(keys, "admin.token"), []byte(s.adminToken), 0o600); err != nil {
 			return nil, err
 		}
-		agent, err := e.start("agent", nil, filepath.Join(e.bin, "tckclk-agent"), "--dev", "--listen", agentAddr,
-			"--http", fmt.Sprintf("127.0.0.1:%d", ports[2*n+1]), "--secret-file", filepath.Join(keys, "clock.secret"))
-		if err != nil {
-			return nil, err
-		}
-		// Nodes prove their clock at start: the agent comes first.
-		err = poll(ctx, 30*time.Second, []*proc{agent}, func() error {
-			b, _ := os.ReadFile(agent.log)
-			if strings.Contains(string(b), `msg="source healthy"`) {
-				return nil
-			}
-			return errors.New("agent has no healthy source yet")
-		})
-		if err != nil {
+		if spec.noDevAgent {
+			agentAddr = ""
+		} else if err := e.startDevAgent(ctx, spec.prefix+"agent", agentAddr, fmt.Sprintf("127.0.0.1:%d", ports[2*n+1]), filepath.Join(keys, "clock.secret")); err != nil {
 			return nil, err
 		}
 		for i, name := range names {
@@ -314,7 +349,14 @@ func (e *env) startTicketd(ctx context.Context, n int, extra []string, profile b
 			if err != nil {
 				return nil, err
 			}
-			p, err := e.start("ticketd3-"+name, nil, filepath.Join(e.bin, "ticketd"), append(args, more...)...)
+			if spec.nodeAgent != nil {
+				a, err := spec.nodeAgent(i, agentAddr, keys)
+				if err != nil {
+					return nil, err
+				}
+				more = append(more, "--clock.agent_addr", a)
+			}
+			p, err := e.start(spec.prefix+"ticketd3-"+name, nil, filepath.Join(e.bin, "ticketd"), append(args, more...)...)
 			if err != nil {
 				return nil, err
 			}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -88,10 +89,10 @@ func met(ok bool) string {
 	return "**missed**"
 }
 
-func writeReport(o options, m meta, all []measured, fos []failoverResult) error {
+func writeReport(o options, m meta, all []measured, fos []failoverResult, items itemResults) error {
 	dir := filepath.Dir(o.out)
 	base := strings.TrimSuffix(filepath.Base(o.out), filepath.Ext(o.out))
-	js, err := json.MarshalIndent(map[string]any{"meta": m, "results": all, "failover": fos}, "", "  ")
+	js, err := json.MarshalIndent(map[string]any{"meta": m, "results": all, "failover": fos, "items": items}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -161,18 +162,22 @@ func writeReport(o options, m meta, all []measured, fos []failoverResult) error 
 	for _, p := range plots {
 		fmt.Fprintf(w, "![%s](%s)\n\n", p, p)
 	}
-	if len(fos) > 0 {
-		fmt.Fprintf(w, "## Failover: kill -9 of the leader (3 nodes)\n\n")
+	if len(fos) > 0 || items.Clock != nil {
+		fmt.Fprintf(w, "## Failover (3 nodes): kill -9 of the leader, and the leader's clock going bad\n\n")
 		fmt.Fprintf(w, "Time from `kill -9` of the leader to the first successful lock cycle through the surviving nodes (overlapping probes, a new one every 10 ms, each allowed 10 s, so one blocked through the election answers as soon as the new leader commits it; ticketd: Grant+Release through a survivor, which forwards to the new leader; etcd: TryLock+Unlock with a session opened before the kill, client on the survivors). The killed node is restarted and the cluster is whole again before the next trial.\n\n")
 		fmt.Fprintf(w, "| target | trials | median | max | failed trials |\n|---|---|---|---|---|\n")
-		for _, f := range fos {
+		for _, f := range append(slices.Clone(fos), items.clockRow()...) {
 			med, mx := f.summary()
 			fmt.Fprintf(w, "| %s | %d | %v | %v | %d |\n", f.Target, len(f.Trials), med.Round(time.Millisecond), mx.Round(time.Millisecond), len(f.Errors))
 		}
 		if r := failoverRatio(fos); r != "" {
 			fmt.Fprintf(w, "\nRatio of medians ticketd/etcd: %s.\n", r)
 		}
+		writeClockFailover(w, items)
 		fmt.Fprintf(w, "\n")
+	}
+	if err := writeItems(w, dir, base, items); err != nil {
+		return err
 	}
 	if perr != nil {
 		fmt.Fprintf(w, "(No plots: %v.)\n\n", perr)
@@ -253,7 +258,7 @@ func failoverRatio(fos []failoverResult) string {
 	return fmt.Sprintf("%.2f× (%v vs %v)", float64(t)/float64(e), t.Round(time.Millisecond), e.Round(time.Millisecond))
 }
 
-func printSummary(w io.Writer, o options, all []measured, fos []failoverResult) {
+func printSummary(w io.Writer, o options, all []measured, fos []failoverResult, items itemResults) {
 	fmt.Fprintf(w, "\nsummary (ratios ticketd/etcd, same run):\n")
 	for _, p := range pairs(all) {
 		if p.etcd == nil || p.tckd == nil {
@@ -277,5 +282,6 @@ func printSummary(w io.Writer, o options, all []measured, fos []failoverResult) 
 	if r := failoverRatio(fos); r != "" {
 		fmt.Fprintf(w, "  failover median ratio ticketd/etcd: %s\n", r)
 	}
+	printItems(w, items)
 	_ = o
 }

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The sections of issue 16 beyond the ticketd/etcd load: each switchable
+// with -sections so a run can do only it.
+//
+//	load       ticketd vs etcd (items 2, 3: main.go)
+//	agent      the agent vs a bare one-line TCP server (item 4, agentfloor.go)
+//	failover   clock-failure, ticketd and etcd kill -9 failover (item 5,
+//	           clockfailover.go, failover.go)
+//	tightness  the node's running bound vs chrony's root distance (item 7,
+//	           tightness.go)
+var allSections = []string{"load", "agent", "failover", "tightness"}
+
+// itemOptions are the flags of those sections.
+type itemOptions struct {
+	sections      []string
+	agentClients  []int
+	agentDuration time.Duration
+	agentWarmup   time.Duration
+	agentRounds   int
+	tightDuration time.Duration
+	tightEvery    time.Duration
+	chronyd       string
+}
+
+func (it itemOptions) on(section string) bool { return slices.Contains(it.sections, section) }
+
+// addItemFlags registers the sections' flags; the returned function
+// validates and parses them after fs.Parse (an error names the flag).
+func addItemFlags(fs *flag.FlagSet, o *itemOptions) func() error {
+	sections := fs.String("sections", strings.Join(allSections, ","), "sections to run (comma-separated): "+strings.Join(allSections, ", "))
+	agentClients := fs.String("agent-clients", "1,16,64,256", "agent section: concurrent clients (comma-separated)")
+	fs.DurationVar(&o.agentDuration, "agent-duration", 2*time.Second, "agent section: measured time per target per round")
+	fs.DurationVar(&o.agentWarmup, "agent-warmup", 300*time.Millisecond, "agent section: unmeasured time before each measurement")
+	fs.IntVar(&o.agentRounds, "agent-rounds", 2, "agent section: alternating rounds (agent, bare, agent, bare, …)")
+	fs.DurationVar(&o.tightDuration, "tightness-duration", 40*time.Second, "tightness section: how long to sample (the issue's figure: 10m)")
+	fs.DurationVar(&o.tightEvery, "tightness-every", time.Second, "tightness section: time between samples")
+	fs.StringVar(&o.chronyd, "chronyd", lookChronyd(), "tightness section: the chronyd binary (Debian's chrony); absent: the section is skipped with a message")
+	return func() error {
+		var err error
+		if o.sections, err = parseSections(*sections); err != nil {
+			return err
+		}
+		if o.agentClients, err = ints("-agent-clients", *agentClients); err != nil {
+			return err
+		}
+		switch {
+		case o.agentDuration <= 0 || o.agentWarmup < 0 || o.agentRounds < 1:
+			return errors.New("-agent-duration and -agent-rounds must be positive, -agent-warmup not negative")
+		case o.tightEvery <= 0 || o.tightDuration < o.tightEvery:
+			return errors.New("-tightness-every must be positive and -tightness-duration at least one -tightness-every")
+		}
+		return nil
+	}
+}
+
+// parseSections parses -sections: known names, no repeats, at least one.
+func parseSections(s string) ([]string, error) {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if !slices.Contains(allSections, f) {
+			return nil, fmt.Errorf("-sections: %q is not one of %s", f, strings.Join(allSections, ", "))
+		}
+		if slices.Contains(out, f) {
+			return nil, fmt.Errorf("-sections: %q named twice", f)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// itemResults are the sections' figures, for the report and report.json.
+type itemResults struct {
+	Agent     *agentFloor          `json:"agent_floor,omitempty"`
+	Clock     *clockFailoverResult `json:"clock_failover,omitempty"`
+	Tightness *tightnessResult     `json:"tightness,omitempty"`
+	Skipped   []string             `json:"skipped,omitempty"` // a section that could not run, and why
+}
+
+// runItems runs the agent, clock-failover and tightness sections (the
+// kill -9 failover runs with the load clusters in bench).
+func runItems(ctx context.Context, e *env, o options, stdout io.Writer) (itemResults, error) {
+	var r itemResults
+	if o.items.on("agent") {
+		a, err := runAgentFloor(ctx, e, o.items, stdout)
+		if err != nil {
+			return r, fmt.Errorf("agent section: %w", err)
+		}
+		r.Agent = a
+	}
+	if o.items.on("failover") && o.failover > 0 {
+		c := clockFailover(ctx, e, o.failover, stdout)
+		r.Clock = &c
+	}
+	if o.items.on("tightness") {
+		if o.items.chronyd == "" {
+			msg := "tightness: skipped, no chronyd (install Debian's chrony)"
+			fmt.Fprintln(stdout, "tckbench: "+msg)
+			r.Skipped = append(r.Skipped, msg)
+		} else {
+			t, err := runTightness(ctx, e, o.items, stdout)
+			if err != nil {
+				return r, fmt.Errorf("tightness section: %w", err)
+			}
+			r.Tightness = t
+		}
+	}
+	return r, ctx.Err()
+}
