@@ -25,6 +25,7 @@ var allSections = []string{"load", "agent", "failover", "tightness"}
 // itemOptions are the flags of those sections.
 type itemOptions struct {
 	sections      []string
+	failoverKinds []string // clock, ticketd, etcd
 	agentClients  []int
 	agentDuration time.Duration
 	agentWarmup   time.Duration
@@ -36,10 +37,19 @@ type itemOptions struct {
 
 func (it itemOptions) on(section string) bool { return slices.Contains(it.sections, section) }
 
+// allFailoverKinds are -failover-kinds' names.
+var allFailoverKinds = []string{"clock", "ticketd", "etcd"}
+
+// failoverOf reports whether the failover section runs kind.
+func (it itemOptions) failoverOf(kind string) bool {
+	return it.on("failover") && slices.Contains(it.failoverKinds, kind)
+}
+
 // addItemFlags registers the sections' flags; the returned function
 // validates and parses them after fs.Parse (an error names the flag).
 func addItemFlags(fs *flag.FlagSet, o *itemOptions) func() error {
 	sections := fs.String("sections", strings.Join(allSections, ","), "sections to run (comma-separated): "+strings.Join(allSections, ", "))
+	kinds := fs.String("failover-kinds", strings.Join(allFailoverKinds, ","), "failover section: which failovers (comma-separated): clock (FAILED leader, planned transfer), ticketd and etcd (kill -9 of the leader)")
 	agentClients := fs.String("agent-clients", "1,16,64,256", "agent section: concurrent clients (comma-separated)")
 	fs.DurationVar(&o.agentDuration, "agent-duration", 2*time.Second, "agent section: measured time per target per round")
 	fs.DurationVar(&o.agentWarmup, "agent-warmup", 300*time.Millisecond, "agent section: unmeasured time before each measurement")
@@ -49,7 +59,10 @@ func addItemFlags(fs *flag.FlagSet, o *itemOptions) func() error {
 	fs.StringVar(&o.chronyd, "chronyd", lookChronyd(), "tightness section: the chronyd binary (Debian's chrony); absent: the section is skipped with a message")
 	return func() error {
 		var err error
-		if o.sections, err = parseSections(*sections); err != nil {
+		if o.sections, err = parseList("-sections", *sections, allSections); err != nil {
+			return err
+		}
+		if o.failoverKinds, err = parseList("-failover-kinds", *kinds, allFailoverKinds); err != nil {
 			return err
 		}
 		if o.agentClients, err = ints("-agent-clients", *agentClients); err != nil {
@@ -65,16 +78,17 @@ func addItemFlags(fs *flag.FlagSet, o *itemOptions) func() error {
 	}
 }
 
-// parseSections parses -sections: known names, no repeats, at least one.
-func parseSections(s string) ([]string, error) {
+// parseList parses a comma-separated list of known names (known), no
+// repeats, at least one; an error names flagName.
+func parseList(flagName, s string, known []string) ([]string, error) {
 	var out []string
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
-		if !slices.Contains(allSections, f) {
-			return nil, fmt.Errorf("-sections: %q is not one of %s", f, strings.Join(allSections, ", "))
+		if !slices.Contains(known, f) {
+			return nil, fmt.Errorf("%s: %q is not one of %s", flagName, f, strings.Join(known, ", "))
 		}
 		if slices.Contains(out, f) {
-			return nil, fmt.Errorf("-sections: %q named twice", f)
+			return nil, fmt.Errorf("%s: %q named twice", flagName, f)
 		}
 		out = append(out, f)
 	}
@@ -100,7 +114,7 @@ func runItems(ctx context.Context, e *env, o options, stdout io.Writer) (itemRes
 		}
 		r.Agent = a
 	}
-	if o.items.on("failover") && o.failover > 0 {
+	if o.items.failoverOf("clock") && o.failover > 0 {
 		c := clockFailover(ctx, e, o.failover, stdout)
 		r.Clock = &c
 	}

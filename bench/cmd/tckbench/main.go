@@ -132,7 +132,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = errors.New("-contended-clients must be ≥ 0 and -contended-names ≥ 1")
 	case o.only != "" && o.only != "etcd" && o.only != "ticketd":
 		err = fmt.Errorf("-only: %q is neither etcd nor ticketd", o.only)
-	case o.only != "ticketd" && o.etcd == "" && (o.items.on("load") || o.items.on("failover")):
+	case o.only != "ticketd" && o.etcd == "" && (o.items.on("load") || o.items.failoverOf("etcd")):
 		err = errors.New("-etcd: no etcd binary on PATH; install Debian's etcd-server")
 	}
 	if err != nil {
@@ -234,11 +234,11 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "tckbench: starting servers (data in %s)\n", dir)
 	var servers []*server
 	for _, n := range o.nodes {
-		if !o.items.on("load") && (n != 3 || !o.items.on("failover") || o.failover == 0) {
+		if !o.items.on("load") && (n != 3 || o.failover == 0) {
 			continue // without the load only the kill -9 failover needs these
 		}
 		for _, sys := range []string{"etcd", "ticketd"} {
-			if o.only != "" && o.only != sys {
+			if (o.only != "" && o.only != sys) || (!o.items.on("load") && !o.items.failoverOf(sys)) {
 				continue
 			}
 			var s *server
@@ -279,7 +279,7 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	}
 	var fos []failoverResult
 	for _, s := range servers {
-		if o.failover > 0 && s.nodes == 3 && !s.h2c && o.items.on("failover") {
+		if o.failover > 0 && s.nodes == 3 && !s.h2c && o.items.failoverOf(s.system) {
 			fos = append(fos, failover(ctx, e, s, o.failover, stdout))
 		}
 	}

@@ -83,21 +83,32 @@ func TestCPUUse(t *testing.T) {
 
 // A real, short run against one ticketd (built from the repository):
 // the report and its JSON hold completed cycles and CPU figures.
+// runReport runs tckbench with args and -out in a temp dir; it returns
+// the report's path, its text and its JSON.
+func runReport(t *testing.T, args ...string) (out string, md string, js []byte) {
+	t.Helper()
+	out = filepath.Join(t.TempDir(), "r.md")
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), append(args, "-out", out), &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout.String(), stderr.String())
+	}
+	js, err := os.ReadFile(strings.TrimSuffix(out, ".md") + ".json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, string(b), js
+}
+
 func TestRunTicketdOnly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts ticketd")
 	}
-	out := filepath.Join(t.TempDir(), "r.md")
-	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), []string{"-sections", "load", "-only", "ticketd", "-nodes", "1", "-clients", "1", "-contended-clients", "2",
-		"-duration", "500ms", "-warmup", "100ms", "-rounds", "1", "-out", out}, &stdout, &stderr)
-	if code != 0 {
-		t.Fatalf("exit %d\n%s\n%s", code, stdout.String(), stderr.String())
-	}
-	b, err := os.ReadFile(strings.TrimSuffix(out, ".md") + ".json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, md, b := runReport(t, "-sections", "load", "-only", "ticketd", "-nodes", "1", "-clients", "1", "-contended-clients", "2",
+		"-duration", "500ms", "-warmup", "100ms", "-rounds", "1")
 	var rep struct {
 		Results []measured `json:"results"`
 	}
@@ -112,12 +123,11 @@ func TestRunTicketdOnly(t *testing.T) {
 			t.Errorf("result %+v", r)
 		}
 	}
-	md, _ := os.ReadFile(out)
 	// One client count: the log axis still gets a range (gonum panicked on 1..1).
 	if _, err := os.Stat(strings.TrimSuffix(out, ".md") + "-throughput.png"); err != nil {
 		t.Errorf("no throughput plot: %v", err)
 	}
-	if !strings.Contains(string(md), "| independent | 1 | ticketd ×1 |") {
+	if !strings.Contains(md, "| independent | 1 | ticketd ×1 |") {
 		t.Errorf("report lacks the ticketd row:\n%s", md)
 	}
 }
