@@ -17,6 +17,14 @@
 // targets) with PNG plots beside it and report.json, and prints the
 // summary. Every figure is a ratio measured in the same run.
 //
+// The other sections of issue 16 (items.go; -sections picks any of them,
+// all by default): agent — the real agent vs a bare one-line TCP server
+// (agentfloor.go); failover — the leader's clock going bad (a planned
+// transfer, clockfailover.go) beside kill -9 of ticketd's and etcd's
+// leaders (failover.go), -failover trials each; tightness — each node's
+// running bound vs chrony's root distance with a real chronyd -x pair
+// (tightness.go).
+//
 //	cd bench && go run ./cmd/tckbench                # defaults: about 6 minutes
 //	go run ./cmd/tckbench -clients 64,256 -duration 20s -rounds 3 -nodes 3
 //
