@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -33,6 +35,7 @@ type itemOptions struct {
 	tightDuration time.Duration
 	tightEvery    time.Duration
 	chronyd       string
+	render        string // re-write the report from this report.json, run nothing
 }
 
 func (it itemOptions) on(section string) bool { return slices.Contains(it.sections, section) }
@@ -56,6 +59,7 @@ func addItemFlags(fs *flag.FlagSet, o *itemOptions) func() error {
 	fs.IntVar(&o.agentRounds, "agent-rounds", 2, "agent section: alternating rounds (agent, bare, agent, bare, …)")
 	fs.DurationVar(&o.tightDuration, "tightness-duration", 40*time.Second, "tightness section: how long to sample (the issue's figure: 10m)")
 	fs.DurationVar(&o.tightEvery, "tightness-every", time.Second, "tightness section: time between samples")
+	fs.StringVar(&o.render, "render", "", "run nothing: re-write the report (-out) from this report.json of an earlier run, given that run's flags (its meta.args) too")
 	fs.StringVar(&o.chronyd, "chronyd", lookChronyd(), "tightness section: the chronyd binary (Debian's chrony); absent: the section is skipped with a message")
 	return func() error {
 		var err error
@@ -93,6 +97,52 @@ func parseList(flagName, s string, known []string) ([]string, error) {
 		out = append(out, f)
 	}
 	return out, nil
+}
+
+// render re-writes the report from a report.json (after a change to the
+// report's layout, or a merge): args, less -render and its value, must
+// be the flags the run was made with, so the report's text matches it.
+func render(o options, args []string, stdout io.Writer) error {
+	b, err := os.ReadFile(o.items.render)
+	if err != nil {
+		return fmt.Errorf("-render: %w", err)
+	}
+	var rep struct {
+		Meta     meta             `json:"meta"`
+		Results  []measured       `json:"results"`
+		Failover []failoverResult `json:"failover"`
+		Items    itemResults      `json:"items"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return fmt.Errorf("-render: %s: %w", o.items.render, err)
+	}
+	own, run := withoutFlags(args, "render", "out"), withoutFlags(strings.Fields(rep.Meta.Args), "out")
+	if got := strings.Join(own, " "); got != strings.Join(run, " ") {
+		return fmt.Errorf("-render: %s was made with the flags %q; give those (and -render), not %q", o.items.render, rep.Meta.Args, got)
+	}
+	if err := writeReport(o, rep.Meta, rep.Results, rep.Failover, rep.Items); err != nil {
+		return err
+	}
+	printSummary(stdout, o, rep.Results, rep.Failover, rep.Items)
+	fmt.Fprintf(stdout, "tckbench: wrote %s from %s\n", o.out, o.items.render)
+	return nil
+}
+
+// withoutFlags is args less the named flags and their values (-name V,
+// --name V, -name=V).
+func withoutFlags(args []string, names ...string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		if strings.HasPrefix(args[i], "-") && slices.Contains(names, name) {
+			if !hasValue {
+				i++
+			}
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
 }
 
 // itemResults are the sections' figures, for the report and report.json.

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -57,6 +58,13 @@ func TestItemFlagsRefused(t *testing.T) {
 		if out.Len() != 0 {
 			t.Errorf("%v: ran something: %s", c.args, out.String())
 		}
+	}
+}
+
+func TestWithoutFlags(t *testing.T) {
+	got := withoutFlags([]string{"-failover", "2", "-out", "x.md", "--render=r.json", "-sections", "agent", "--out", "y", "-render", "r.json"}, "render", "out")
+	if want := []string{"-failover", "2", "-sections", "agent"}; !slices.Equal(got, want) {
+		t.Errorf("withoutFlags = %q, want %q", got, want)
 	}
 }
 
@@ -275,9 +283,21 @@ func TestRunItemSections(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts the agent, a ticketd cluster and chronyd")
 	}
-	out, md, b := runReport(t, "-sections", "agent,failover,tightness",
+	args := []string{"-sections", "agent,failover,tightness",
 		"-agent-clients", "2", "-agent-duration", "200ms", "-agent-warmup", "50ms", "-agent-rounds", "1",
-		"-failover", "1", "-failover-kinds", "clock", "-tightness-duration", "3s")
+		"-failover", "1", "-failover-kinds", "clock", "-tightness-duration", "3s"}
+	out, md, b := runReport(t, args...)
+	// -render re-writes the same report from the JSON, given the same flags.
+	again := filepath.Join(t.TempDir(), "again.md")
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), append(args, "-render", strings.TrimSuffix(out, ".md")+".json", "-out", again), &stdout, &stderr); code != 0 {
+		t.Errorf("-render: exit %d: %s", code, stderr.String())
+	} else if md2, _ := os.ReadFile(again); strings.NewReplacer("again-", "r-", "again.json", "r.json").Replace(string(md2)) != md {
+		t.Errorf("-render wrote another report:\n%s\nvs\n%s", md2, md)
+	}
+	if code := run(context.Background(), append(args[:len(args)-1], "4s", "-render", strings.TrimSuffix(out, ".md")+".json", "-out", again), &stdout, &stderr); code != 2 {
+		t.Errorf("-render with other flags: exit %d, want 2", code)
+	}
 	var rep struct {
 		Failover []failoverResult `json:"failover"`
 		Items    itemResults      `json:"items"`

@@ -173,7 +173,7 @@ func writeReport(o options, m meta, all []measured, fos []failoverResult, items 
 		if r := failoverRatio(fos); r != "" {
 			fmt.Fprintf(w, "\nRatio of medians ticketd/etcd: %s.\n", r)
 		}
-		writeClockFailover(w, items)
+		writeClockFailover(w, items, fos)
 		fmt.Fprintf(w, "\n")
 	}
 	if err := writeItems(w, dir, base, items); err != nil {

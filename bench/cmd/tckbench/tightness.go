@@ -352,11 +352,12 @@ type tightSummary struct {
 	Met, Measured          int
 	MedianBound, MaxBound  float64
 	MedianTarget, MedianRD float64
+	MedianRTT, MedianUnc   float64 // the node's sample RTT, the agent's uncertainty
 }
 
 func summarizeTightness(r *tightnessResult, node int) tightSummary {
 	var s tightSummary
-	var bounds, targets, rds []float64
+	var bounds, targets, rds, rtts, uncs []float64
 	for _, x := range r.Samples {
 		if node >= len(x.BoundMs) || x.BoundMs[node] < 0 || x.RTTMs[node] < 0 {
 			continue
@@ -368,6 +369,8 @@ func summarizeTightness(r *tightnessResult, node int) tightSummary {
 		bounds = append(bounds, x.BoundMs[node])
 		targets = append(targets, x.RootDistMs+x.RTTMs[node]+2)
 		rds = append(rds, x.RootDistMs)
+		rtts = append(rtts, x.RTTMs[node])
+		uncs = append(uncs, float64(x.AgentUncMs))
 	}
 	med := func(v []float64) float64 {
 		if len(v) == 0 {
@@ -378,6 +381,7 @@ func summarizeTightness(r *tightnessResult, node int) tightSummary {
 		return v[len(v)/2]
 	}
 	s.MedianBound, s.MedianTarget, s.MedianRD = med(bounds), med(targets), med(rds)
+	s.MedianRTT, s.MedianUnc = med(rtts), med(uncs)
 	if len(bounds) > 0 {
 		s.MaxBound = slices.Max(bounds)
 	}
