@@ -124,7 +124,7 @@ func writeItems(w io.Writer, dir, base string, r itemResults) error {
 		for i := range nodes {
 			s := summarizeTightness(t, i)
 			fmt.Fprintf(w, "| %d | %d | %d (%.0f%%) | %s | %s | %s | %s | %s | %s |\n", i+1, s.Measured, s.Met, 100*ratio(float64(s.Met), float64(s.Measured)),
-				num(s.MedianBound), num(s.MaxBound), num(s.MedianRTT), num(s.MedianUnc), num(s.MedianRD), num(s.MedianTarget))
+				num(s.MedianBound), num(s.MaxBound), num(s.MedianRTT), num(s.MedianUnc), num3(s.MedianRD), num3(s.MedianTarget))
 		}
 		if unc := agentUncertainty(t); unc != "" {
 			fmt.Fprintf(w, "\nThe agent's own uncertainty over the run: %s. The bound is RTT + the agent's uncertainty + the node's own terms (SPEC §3.1: the offset to the reference rounded up, 1 ms for the reference's truncation, drift growth since the sample rounded up); every term is a whole number of ms rounded up on its own, so the bound stays ms above chrony's root distance even when that is a few µs (findings.md has the breakdown).\n", unc)
@@ -150,6 +150,14 @@ func num(x float64) string {
 	return fmt.Sprintf("%.2f", x)
 }
 
+// num3 is num to the µs (chrony's root distance on loopback is µs).
+func num3(x float64) string {
+	if math.IsNaN(x) {
+		return "–"
+	}
+	return fmt.Sprintf("%.3f", x)
+}
+
 // agentUncertainty is "min–max ms (median M)" of the agent's uncertainty.
 func agentUncertainty(t *tightnessResult) string {
 	var u []float64
@@ -165,14 +173,15 @@ func agentUncertainty(t *tightnessResult) string {
 	return fmt.Sprintf("%.0f–%.0f ms (median %.0f)", u[0], u[len(u)-1], u[len(u)/2])
 }
 
-// savePlot draws p, recovering gonum/plot's panics on degenerate axes.
+// savePlot draws p, legend top right, recovering gonum/plot's panics on
+// degenerate axes.
 func savePlot(p *plot.Plot, path string) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("plot: %v", r)
 		}
 	}()
-	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.Top = true
 	return p.Save(7*vg.Inch, 4*vg.Inch, path)
 }
 
@@ -205,7 +214,10 @@ func plotTightness(path string, t *tightnessResult) error {
 	p := plot.New()
 	p.Title.Text = "Node running bound vs chrony's root distance"
 	p.X.Label.Text = "seconds"
-	p.Y.Label.Text = "ms"
+	p.Y.Label.Text = "ms (log scale)"
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	pos := func(v float64) float64 { return max(v, 0.001) } // the log axis: a µs floor
 	var lines []any
 	nodes := 0
 	if len(t.Samples) > 0 {
@@ -215,7 +227,7 @@ func plotTightness(path string, t *tightnessResult) error {
 		var b plotter.XYs
 		for _, s := range t.Samples {
 			if s.BoundMs[i] >= 0 {
-				b = append(b, plotter.XY{X: s.At, Y: s.BoundMs[i]})
+				b = append(b, plotter.XY{X: s.At, Y: pos(s.BoundMs[i])})
 			}
 		}
 		if len(b) > 0 {
@@ -224,9 +236,9 @@ func plotTightness(path string, t *tightnessResult) error {
 	}
 	var rd, tgt plotter.XYs
 	for _, s := range t.Samples {
-		rd = append(rd, plotter.XY{X: s.At, Y: s.RootDistMs})
+		rd = append(rd, plotter.XY{X: s.At, Y: pos(s.RootDistMs)})
 		if len(s.RTTMs) > 0 && s.RTTMs[0] >= 0 {
-			tgt = append(tgt, plotter.XY{X: s.At, Y: s.RootDistMs + s.RTTMs[0] + 2})
+			tgt = append(tgt, plotter.XY{X: s.At, Y: pos(s.RootDistMs + s.RTTMs[0] + 2)})
 		}
 	}
 	lines = append(lines, "chrony root distance", rd)
@@ -257,7 +269,7 @@ func printItems(w io.Writer, r itemResults) {
 		for i := range len(t.Samples[0].BoundMs) {
 			s := summarizeTightness(t, i)
 			fmt.Fprintf(w, "  tightness node %d: bound ≤ root distance + RTT + 2 ms in %d of %d samples; median bound %s ms vs median target %s ms (root distance %s ms)\n",
-				i+1, s.Met, s.Measured, num(s.MedianBound), num(s.MedianTarget), num(s.MedianRD))
+				i+1, s.Met, s.Measured, num(s.MedianBound), num3(s.MedianTarget), num3(s.MedianRD))
 		}
 	}
 	for _, s := range r.Skipped {
