@@ -25,7 +25,7 @@
 // running bound vs chrony's root distance with a real chronyd -x pair
 // (tightness.go).
 //
-//	cd bench && go run ./cmd/tckbench                # defaults: about 6 minutes
+//	cd bench && go run ./cmd/tckbench                # defaults: about 8 minutes
 //	go run ./cmd/tckbench -clients 64,256 -duration 20s -rounds 3 -nodes 3
 //
 // The load goes to each cluster's leader (found at start: etcd's
