@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tckclk/tckclk/bench/internal/load"
@@ -344,5 +347,37 @@ func TestRunItemSections(t *testing.T) {
 	}
 	if _, err := os.Stat(strings.TrimSuffix(out, ".md") + "-tightness.png"); err != nil {
 		t.Errorf("no tightness plot: %v", err)
+	}
+}
+
+// A node whose next sample lands between the status read and the
+// metrics read: the pair is read again, so the RTT is the bound's
+// sample's (read once, the bound would be the old sample's with the new
+// sample's RTT).
+func TestBoundAndRTTSameSample(t *testing.T) {
+	var statusReads atomic.Int64
+	var landed atomic.Bool // the second sample (bound 20 ms, RTT 9 ms) has landed
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/status":
+			statusReads.Add(1)
+			sample, bound := 1000, 10
+			if landed.Load() {
+				sample, bound = 2000, 20
+			}
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"clock":{"healthy":true,"bound_ms":%d,"last_sample_unix_ms":%d}}`, bound, sample)
+		case "/metrics":
+			landed.Store(true)
+			fmt.Fprintln(w, "clock_sample_rtt_ms 9")
+		}
+	}))
+	defer srv.Close()
+	bound, rtt, err := boundAndRTT(context.Background(), srv.URL)
+	if err != nil || bound != 20 || rtt != 9 {
+		t.Errorf("boundAndRTT = %v, %v, %v; want the second sample's 20 ms bound with its 9 ms RTT", bound, rtt, err)
+	}
+	if n := statusReads.Load(); n != 4 {
+		t.Errorf("%d status reads, want 4 (a pair that straddled a sample, then one that did not)", n)
 	}
 }

@@ -320,21 +320,9 @@ func sampleTightness(ctx context.Context, cp *chronyPair, agentHTTP string, s *s
 		}
 	}
 	for _, u := range s.addrs {
-		bound, rtt := -1.0, -1.0
-		c, err := client.New(u)
+		bound, rtt, err := boundAndRTT(ctx, u)
 		if err != nil {
 			return tightSample{}, err
-		}
-		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		st, err := c.Status(sctx)
-		cancel()
-		if err == nil && st.Clock.Healthy {
-			bound = float64(st.Clock.BoundMs)
-		}
-		if b, err := getBody(ctx, u+"/metrics"); err == nil {
-			if v, err := metricValue(string(b), "clock_sample_rtt_ms"); err == nil {
-				rtt = v
-			}
 		}
 		smp.BoundMs = append(smp.BoundMs, bound)
 		smp.RTTMs = append(smp.RTTMs, rtt)
@@ -345,6 +333,40 @@ func sampleTightness(ctx context.Context, cp *chronyPair, agentHTTP string, s *s
 		smp.Met = append(smp.Met, ok)
 	}
 	return smp, nil
+}
+
+// boundAndRTT reads a node's running bound (/v1/status) and the RTT of
+// the sample it grows from (/metrics): the RTT is read between two
+// status reads that name the same last sample, or the pair is read
+// again (a sample landed in between), 3 tries; -1 for what could not
+// be read (or a clock not healthy).
+func boundAndRTT(ctx context.Context, url string) (bound, rtt float64, err error) {
+	c, err := client.New(url)
+	if err != nil {
+		return -1, -1, err
+	}
+	status := func() (uint64, float64) {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		st, err := c.Status(sctx)
+		if err != nil || !st.Clock.Healthy {
+			return 0, -1
+		}
+		return st.Clock.LastSampleUnixMs, float64(st.Clock.BoundMs)
+	}
+	for range 3 {
+		at, b := status()
+		r := -1.0
+		if body, err := getBody(ctx, url+"/metrics"); err == nil {
+			if v, err := metricValue(string(body), "clock_sample_rtt_ms"); err == nil {
+				r = v
+			}
+		}
+		if again, _ := status(); b < 0 || r < 0 || again == at {
+			return b, r, nil
+		}
+	}
+	return -1, -1, nil
 }
 
 // tightSummary is per node: samples met / measured, median and max bound.
