@@ -25,12 +25,12 @@
 //
 //	age            = A0 + (now − At)                                (monotonic)
 //	step           = |Δwall − Δmono| since At                       (a step of the local clock)
-//	uncertainty_ms = ceil_ms(B) + ceil_ms(max_drift_ppm × age) + ceil_ms(step)   (never 0 when synced)
+//	uncertainty_ms = ceil_ms(B + max_drift_ppm × age + step)   (summed in ns; never 0 when synced)
 //	reference_ms   = floor_ms(now + offset)
 //	source_age_ms  = ceil_ms(age)
 //
-// Every term is rounded up on its own, so the sum is at least the exact
-// bound rounded up; max_drift_ppm defaults to 50 (ClockBound's advice with
+// The terms are summed in ns and the sum rounded up once (rounding each
+// term up on its own would add up to 2 ms for nothing); max_drift_ppm defaults to 50 (ClockBound's advice with
 // chrony's maxclockerror 50). The drift term assumes that between the
 // measurement and now nothing slews the local clock faster than
 // max_drift_ppm: true for chrony and kernel (the daemon's own correction is

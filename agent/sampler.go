@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -190,7 +191,7 @@ type view struct {
 //
 //	age  = sample.Age + (now − sample.At)                      (monotonic)
 //	step = |Δwall − Δmono| since sample.At                     (the local clock was stepped)
-//	u    = ceil_ms(sample.Uncertainty) + ceil_ms(max_drift_ppm × age) + ceil_ms(step)   (≥ 1)
+//	u    = ceil_ms(sample.Uncertainty + max_drift_ppm × age + step)   (in ns, ≥ 1)
 //	R    = floor_ms(now + sample.Offset)
 func (s *Sampler) evaluate(now time.Time, st *pollState) view {
 	if !st.have {
@@ -211,9 +212,11 @@ func (s *Sampler) evalAt(sm *source.Sample, nowNs int64, since time.Duration) vi
 	ageNs := satAddNs(sm.Age, since)
 	v := view{have: true}
 	v.ageMs = protocol.CeilMs(ageNs)
-	drift := protocol.DriftMs(s.ppm, ageNs)
-	v.uMs, _ = protocol.AddSat(protocol.CeilMs(uint64(sm.Uncertainty)), drift)
-	v.uMs, _ = protocol.AddSat(v.uMs, protocol.CeilMs(step))
+	// The three terms are summed in ns and rounded up once: ceil(a+b+c)
+	// still bounds a+b+c, up to 2 ms tighter than rounding each term.
+	sum, _ := protocol.AddSat(uint64(sm.Uncertainty), driftNs(s.ppm, ageNs))
+	sum, _ = protocol.AddSat(sum, step)
+	v.uMs = protocol.CeilMs(sum)
 	if v.uMs == 0 {
 		v.uMs = 1
 	}
@@ -306,4 +309,19 @@ func (s *Sampler) Sources(now time.Time, selected string) []SourceStatus {
 		out = append(out, ss)
 	}
 	return out
+}
+
+// driftNs is ceil(ppm × elapsed / 10^6): the clock-rate error in ns
+// accumulated over elapsedNs, saturating at the u64 maximum.
+func driftNs(ppm, elapsedNs uint64) uint64 {
+	hi, lo := bits.Mul64(ppm, elapsedNs)
+	const div = 1_000_000
+	if hi >= div {
+		return math.MaxUint64
+	}
+	q, r := bits.Div64(hi, lo, div)
+	if r != 0 && q < math.MaxUint64 {
+		q++
+	}
+	return q
 }

@@ -68,8 +68,8 @@ func pollAll(s *Sampler) {
 	}
 }
 
-// SPEC §2.1: uncertainty = ceil_ms(B) + ceil_ms(ppm × age), never 0 when
-// synced; reference = floor_ms(now + offset); age rounded up.
+// SPEC §2.1: uncertainty = ceil_ms(B + ppm × age + step), rounded up once,
+// never 0 when synced; reference = floor_ms(now + offset); age rounded up.
 func TestSelectArithmetic(t *testing.T) {
 	clk := &manualClock{now: t0}
 	src := &scripted{name: "a"}
@@ -77,14 +77,16 @@ func TestSelectArithmetic(t *testing.T) {
 	src.set(source.Sample{At: t0, Offset: 1500 * time.Microsecond, Uncertainty: 2100 * time.Microsecond, Age: 400 * time.Millisecond}, nil)
 	pollAll(s)
 	sel := s.Select(t0)
-	// age 400 ms → drift 50 ppm × 0.4 s = 20 µs → 1 ms; base 2.1 → 3 ms.
-	want := Selection{Synced: true, Source: "a", ReferenceUnixMs: uint64(t0.UnixMilli()) + 1, UncertaintyMs: 4, SourceAgeMs: 400}
+	// age 400 ms → drift 50 ppm × 0.4 s = 20 µs; base 2.1 ms + 20 µs → 3 ms
+	// (rounding each term up would say 4).
+	want := Selection{Synced: true, Source: "a", ReferenceUnixMs: uint64(t0.UnixMilli()) + 1, UncertaintyMs: 3, SourceAgeMs: 400}
 	if sel != want {
 		t.Fatalf("got %+v, want %+v", sel, want)
 	}
 	// 60 s later (max age 10 s passed): unsynced, the last estimate shown.
 	clk.Advance(9*time.Second + 600*time.Millisecond) // age exactly 10 s: still usable
-	if sel := s.Select(clk.Now()); !sel.Synced || sel.SourceAgeMs != 10000 || sel.UncertaintyMs != 3+1 {
+	// drift 50 ppm × 10 s = 500 µs: 2.1 + 0.5 → 3 ms.
+	if sel := s.Select(clk.Now()); !sel.Synced || sel.SourceAgeMs != 10000 || sel.UncertaintyMs != 3 {
 		t.Fatalf("at max age: %+v", sel)
 	}
 	clk.Advance(time.Millisecond)
@@ -99,13 +101,13 @@ func TestSelectDriftGrowth(t *testing.T) {
 	clk := &manualClock{now: t0}
 	src := &scripted{name: "a"}
 	s := newTestSampler(t, clk, time.Hour, 500, src)
-	src.set(source.Sample{At: t0, Uncertainty: time.Microsecond}, nil)
+	src.set(source.Sample{At: t0, Uncertainty: time.Millisecond}, nil)
 	pollAll(s)
-	clk.Advance(100 * time.Second) // 500 ppm × 100 s = 50 ms
+	clk.Advance(100 * time.Second) // 500 ppm × 100 s = 50 ms, exactly
 	if sel := s.Select(clk.Now()); sel.UncertaintyMs != 1+50 {
 		t.Fatalf("uncertainty %d, want 51", sel.UncertaintyMs)
 	}
-	clk.Advance(time.Nanosecond) // any excess rounds up
+	clk.Advance(time.Nanosecond) // 0.0005 ns more drift: any excess rounds up
 	if sel := s.Select(clk.Now()); sel.UncertaintyMs != 1+51 {
 		t.Fatalf("uncertainty %d, want 52", sel.UncertaintyMs)
 	}
@@ -239,5 +241,28 @@ func TestSelectAddsLocalSteps(t *testing.T) {
 		if v.uMs != 2+300 || !v.usable {
 			t.Fatalf("stepped %v: %+v, want the step in the bound", d, v)
 		}
+	}
+}
+
+// The three terms of SPEC §2.1's uncertainty are summed before rounding
+// up: 0.3 ms base + 0.3 ms drift + a 0.3 ms step is 1 ms, not 3.
+func TestSelectRoundsTheSumOnce(t *testing.T) {
+	s := newTestSampler(t, &manualClock{now: t0}, time.Hour, 500, &scripted{name: "a"})
+	sm := source.Sample{At: t0, Uncertainty: 300 * time.Microsecond}
+	since := 600 * time.Millisecond // 500 ppm × 0.6 s = 0.3 ms drift
+	// the wall clock moved 0.3 ms more than the monotonic one: a step
+	v := s.evalAt(&sm, t0.Add(since+300*time.Microsecond).UnixNano(), since)
+	if !v.usable || v.uMs != 1 {
+		t.Fatalf("got %+v, want uncertainty 1 ms", v)
+	}
+	v = s.evalAt(&sm, t0.Add(since+701*time.Microsecond).UnixNano(), since) // 1.301 ms in all
+	if v.uMs != 2 {
+		t.Fatalf("got uncertainty %d, want 2 ms", v.uMs)
+	}
+	if got := driftNs(math.MaxUint64, math.MaxUint64); got != math.MaxUint64 {
+		t.Fatalf("driftNs overflow: %d, want saturation", got)
+	}
+	if got := driftNs(50, 1); got != 1 {
+		t.Fatalf("driftNs(50 ppm, 1 ns) = %d, want 1 (rounded up)", got)
 	}
 }
