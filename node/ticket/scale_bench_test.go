@@ -1,0 +1,76 @@
+package ticket
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+)
+
+// scaleCounts are the ticket counts of the snapshot benchmarks: 100k by
+// default, TCKCLK_SCALE_N="1000000,5000000" for issue 16 item 6.
+func scaleCounts(b *testing.B) []int {
+	s := os.Getenv("TCKCLK_SCALE_N")
+	if s == "" {
+		return []int{100_000}
+	}
+	var ns []int
+	for _, f := range bytes.Split([]byte(s), []byte(",")) {
+		n, err := strconv.Atoi(string(bytes.TrimSpace(f)))
+		if err != nil || n < 1 {
+			b.Fatalf("TCKCLK_SCALE_N: %q is not a positive integer", f)
+		}
+		ns = append(ns, n)
+	}
+	return ns
+}
+
+// scaleFSM applies n Grant entries with distinct names, as a leader
+// proposes them (the names tckbench's scale fill uses).
+func scaleFSM(b *testing.B, n int) *FSM {
+	h := newHarness(b)
+	for i := range n {
+		if r := h.grant(fmt.Sprintf("fill-%08d", i), "filler", 250, t0+uint64(i/1000)); r.Code != CodeOK {
+			b.Fatalf("grant %d: %v %v", i, r.Code, r.Err)
+		}
+	}
+	return h.f
+}
+
+// BenchmarkSnapshotScale (issue 16 item 6, in process, no Raft, no disk)
+// times a snapshot of N active tickets — FSM.Snapshot (the copy under the
+// lock), WriteTo into memory — and its restore into an empty FSM
+// (ReadSnapshot: decode, verify, checksum; then the map and the heap):
+//
+//	TCKCLK_SCALE_N=1000000,5000000 go test -run '^$' -bench SnapshotScale -benchtime 3x ./node/ticket
+func BenchmarkSnapshotScale(b *testing.B) {
+	for _, n := range scaleCounts(b) {
+		f := scaleFSM(b, n)
+		var snap bytes.Buffer
+		b.Run(fmt.Sprintf("write/%d", n), func(b *testing.B) {
+			for b.Loop() {
+				snap.Reset()
+				s, err := f.Snapshot()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.WriteTo(&snap); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(snap.Len()), "bytes")
+		})
+		b.Run(fmt.Sprintf("restore/%d", n), func(b *testing.B) {
+			for b.Loop() {
+				g := New(testDelta)
+				if err := g.Restore(bytes.NewReader(snap.Bytes())); err != nil {
+					b.Fatal(err)
+				}
+				if g.Len() != n {
+					b.Fatalf("restored %d tickets, want %d", g.Len(), n)
+				}
+			}
+		})
+	}
+}
