@@ -6,7 +6,9 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // scaleCounts are the ticket counts of the snapshot benchmarks: 100k by
@@ -48,12 +50,31 @@ func (f *FSM) snapshotTo(w io.Writer) (int64, error) {
 	return s.WriteTo(w)
 }
 
+// cpuPerOp reports the process's CPU seconds (user + system, every
+// thread: the GC's too) per op, when the returned func runs: on a shared
+// machine the wall time per op also holds other users' time.
+func cpuPerOp(b *testing.B) func() {
+	start := cpuSeconds(b)
+	return func() { b.ReportMetric((cpuSeconds(b)-start)/float64(b.N), "cpu-s/op") }
+}
+
+func cpuSeconds(b *testing.B) float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
 // BenchmarkSnapshotScale (issue 16 item 6, in process, no Raft, no disk)
 // times a snapshot of N active tickets — FSM.Snapshot (the copy under the
 // lock), WriteTo into memory — and its restore into an empty FSM
 // (ReadSnapshot: decode, verify, checksum; then the map and the heap):
 //
 //	TCKCLK_SCALE_N=1000000,5000000 go test -run '^$' -bench SnapshotScale -benchtime 3x ./node/ticket
+//
+// cpu-s/op is the process's CPU time per op (the GC's included), less
+// disturbed than ns/op by other users of a shared machine.
 func BenchmarkSnapshotScale(b *testing.B) {
 	for _, n := range scaleCounts(b) {
 		f := scaleFSM(b, n)
@@ -62,6 +83,7 @@ func BenchmarkSnapshotScale(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Run(fmt.Sprintf("write/%d", n), func(b *testing.B) {
+			defer cpuPerOp(b)()
 			for b.Loop() {
 				snap.Reset()
 				if _, err := f.snapshotTo(&snap); err != nil {
@@ -71,6 +93,7 @@ func BenchmarkSnapshotScale(b *testing.B) {
 			b.ReportMetric(float64(snap.Len()), "bytes")
 		})
 		b.Run(fmt.Sprintf("restore/%d", n), func(b *testing.B) {
+			defer cpuPerOp(b)()
 			for b.Loop() {
 				g := New(testDelta)
 				if err := g.Restore(bytes.NewReader(snap.Bytes())); err != nil {
