@@ -120,12 +120,14 @@ func Open(o Options) (_ *Raft, err error) {
 	if err != nil {
 		return nil, &datadir.Error{File: o.Dir.Snapshots(), Err: err}
 	}
+	restoreStart := time.Now()
 	snap, err := restoreNewestSnapshot(o.Dir, p.snaps, o.FSM)
 	if err != nil {
 		return nil, err
 	}
 	if snap != nil {
-		log.Info("restored snapshot", "id", snap.ID, "index", snap.Index, "tickets", o.FSM.Len(), "delta_ms", o.FSM.Delta())
+		log.Info("restored snapshot", "id", snap.ID, "index", snap.Index, "tickets", o.FSM.Len(), "delta_ms", o.FSM.Delta(),
+			"size_bytes", snap.Size, "took_ms", time.Since(restoreStart).Milliseconds())
 	}
 	p.store, err = openBolt(p.dbPath)
 	if err != nil {
