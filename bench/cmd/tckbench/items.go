@@ -22,7 +22,9 @@ import (
 //	           clockfailover.go, failover.go)
 //	tightness  the node's running bound vs chrony's root distance (item 7,
 //	           tightness.go)
-var allSections = []string{"load", "agent", "failover", "tightness"}
+//	scale      active tickets: RSS, snapshot, restore, a new node's
+//	           catch-up (item 6, scale.go)
+var allSections = []string{"load", "agent", "failover", "tightness", "scale"}
 
 // itemOptions are the flags of those sections.
 type itemOptions struct {
@@ -36,6 +38,9 @@ type itemOptions struct {
 	tightEvery    time.Duration
 	chronyd       string
 	render        string // re-write the report from this report.json, run nothing
+	scale         []int  // scale section's ticket counts
+	scaleClients  int
+	scaleBatch    int
 }
 
 func (it itemOptions) on(section string) bool { return slices.Contains(it.sections, section) }
@@ -60,6 +65,9 @@ func addItemFlags(fs *flag.FlagSet, o *itemOptions) func() error {
 	fs.DurationVar(&o.tightDuration, "tightness-duration", 40*time.Second, "tightness section: how long to sample (the issue's figure: 10m)")
 	fs.DurationVar(&o.tightEvery, "tightness-every", time.Second, "tightness section: time between samples")
 	fs.StringVar(&o.render, "render", "", "run nothing: re-write the report (-out) from this report.json of an earlier run, given that run's flags (its meta.args) too")
+	scale := fs.String("scale", "20000,50000", "scale section: active-ticket counts, each in a fresh 3-node cluster (comma-separated; the issue's figure: 1000000 with -scale-batch)")
+	fs.IntVar(&o.scaleClients, "scale-clients", 256, "scale section: concurrent clients filling the cluster")
+	fs.IntVar(&o.scaleBatch, "scale-batch", 0, "scale section: grants per POST /v1/batch (the ticketd built must have it; 0: one Grant request each)")
 	fs.StringVar(&o.chronyd, "chronyd", lookChronyd(), "tightness section: the chronyd binary (Debian's chrony); absent: the section is skipped with a message")
 	return func() error {
 		var err error
@@ -72,11 +80,16 @@ func addItemFlags(fs *flag.FlagSet, o *itemOptions) func() error {
 		if o.agentClients, err = ints("-agent-clients", *agentClients); err != nil {
 			return err
 		}
+		if o.scale, err = ints("-scale", *scale); err != nil {
+			return err
+		}
 		switch {
 		case o.agentDuration <= 0 || o.agentWarmup < 0 || o.agentRounds < 1:
 			return errors.New("-agent-duration and -agent-rounds must be positive, -agent-warmup not negative")
 		case o.tightEvery <= 0 || o.tightDuration < o.tightEvery:
 			return errors.New("-tightness-every must be positive and -tightness-duration at least one -tightness-every")
+		case o.scaleClients < 1 || o.scaleBatch < 0:
+			return errors.New("-scale-clients must be ≥ 1 and -scale-batch ≥ 0")
 		}
 		return nil
 	}
@@ -150,6 +163,7 @@ type itemResults struct {
 	Agent     *agentFloor          `json:"agent_floor,omitempty"`
 	Clock     *clockFailoverResult `json:"clock_failover,omitempty"`
 	Tightness *tightnessResult     `json:"tightness,omitempty"`
+	Scale     *scaleSection        `json:"scale,omitempty"`
 	Skipped   []string             `json:"skipped,omitempty"` // a section that could not run, and why
 }
 
@@ -180,6 +194,9 @@ func runItems(ctx context.Context, e *env, o options, stdout io.Writer) (itemRes
 			}
 			r.Tightness = t
 		}
+	}
+	if o.items.on("scale") {
+		r.Scale = runScale(ctx, e, o, stdout)
 	}
 	return r, ctx.Err()
 }

@@ -137,6 +137,7 @@ func writeItems(w io.Writer, dir, base string, r itemResults) error {
 			fmt.Fprintf(w, "![%s](%s)\n\n", name, name)
 		}
 	}
+	writeScaleSection(w, dir, base, r.Scale)
 	for _, s := range r.Skipped {
 		fmt.Fprintf(w, "- %s\n\n", s)
 	}
@@ -252,6 +253,9 @@ func plotTightness(path string, t *tightnessResult) error {
 }
 
 func printItems(w io.Writer, r itemResults) {
+	if r.Scale != nil {
+		defer printScale(w, r.Scale.Results)
+	}
 	if a := r.Agent; a != nil {
 		for _, x := range a.Rows {
 			tp, p99 := floorMet(x)

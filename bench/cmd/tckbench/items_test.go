@@ -50,6 +50,10 @@ func TestItemFlagsRefused(t *testing.T) {
 		{[]string{"-tightness-every", "0s"}, "-tightness-every"},
 		{[]string{"-tightness-duration", "1s", "-tightness-every", "2s"}, "-tightness-duration"},
 		{[]string{"-failover", "-1"}, "-failover"},
+		{[]string{"-scale", "0"}, "-scale"},
+		{[]string{"-scale", "1e6"}, "-scale"},
+		{[]string{"-scale-clients", "0"}, "-scale-clients"},
+		{[]string{"-scale-batch", "-1"}, "-scale-batch"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), c.args, &out, &errb); code != 2 {

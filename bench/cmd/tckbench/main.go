@@ -23,10 +23,13 @@
 // transfer, clockfailover.go) beside kill -9 of ticketd's and etcd's
 // leaders (failover.go), -failover trials each; tightness — each node's
 // running bound vs chrony's root distance with a real chronyd -x pair
-// (tightness.go).
+// (tightness.go); scale — fresh 3-node clusters filled with -scale active
+// tickets: RSS, snapshot size and time, restore time, a new node's
+// catch-up (scale.go).
 //
-//	cd bench && go run ./cmd/tckbench                # defaults: about 8 minutes
+//	cd bench && go run ./cmd/tckbench                # defaults: about 10 minutes
 //	go run ./cmd/tckbench -clients 64,256 -duration 20s -rounds 3 -nodes 3
+//	go run ./cmd/tckbench -sections scale -scale 1000000 -scale-batch 128 -scale-clients 16 -out scale.md
 //
 // The load goes to each cluster's leader (found at start: etcd's
 // Status, ticketd's /v1/status). Exit status: 0 ok, 1 the run failed, 2

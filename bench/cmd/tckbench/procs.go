@@ -178,6 +178,9 @@ type server struct {
 	h2c        bool     // its clients speak h2c (-h2c-compare)
 	addrs      []string // every node's endpoint, in procs order
 	adminToken string   // ticketd cluster: for the members list
+	keys       string   // ticketd cluster: its keys and configs
+	prefix     string   // ticketd cluster: its clusterSpec.prefix
+	spares     []spare  // ticketd cluster: NodeIds not started yet
 }
 
 // startEtcd starts an n-member etcd cluster (fsync on: etcd's default) and
@@ -274,6 +277,10 @@ type clusterSpec struct {
 	// the --dev agent's address, "" with noDevAgent.
 	nodeAgent  func(i int, devAgent, keysDir string) (string, error)
 	noDevAgent bool
+	// spare more NodeIds get keys and a config, trusted by all, started
+	// later with startSpare (the scale section's new node); with spares
+	// the first n bootstrap expecting n.
+	spare int
 }
 
 func (e *env) startTicketdSpec(ctx context.Context, spec clusterSpec) (*server, error) {
@@ -309,19 +316,25 @@ func (e *env) startTicketdSpec(ctx context.Context, spec clusterSpec) (*server, 
 		}
 		s.procs, urls = []*proc{p}, []string{"http://" + u}
 	} else {
-		ports, err := freePorts(2*n + 2)
+		all := n + spec.spare
+		ports, err := freePorts(2*all + 2)
 		if err != nil {
 			return nil, err
 		}
 		var names, api, gossip []string
-		for i := range n {
+		for i := range all {
 			names = append(names, fmt.Sprintf("node-%d", i+1))
 			api = append(api, fmt.Sprint(ports[i]))
-			gossip = append(gossip, fmt.Sprint(ports[n+i]))
+			gossip = append(gossip, fmt.Sprint(ports[all+i]))
+			if i >= n {
+				s.spares = append(s.spares, spare{name: names[i], url: fmt.Sprintf("http://127.0.0.1:%d", ports[i])})
+				continue
+			}
 			urls = append(urls, fmt.Sprintf("http://127.0.0.1:%d", ports[i]))
 		}
-		agentAddr := fmt.Sprintf("127.0.0.1:%d", ports[2*n])
+		agentAddr := fmt.Sprintf("127.0.0.1:%d", ports[2*all])
 		keys := filepath.Join(e.dir, spec.prefix+"keys")
+		s.keys, s.prefix = keys, spec.prefix
 		kenv := []string{"TCKCLK_API_PORTS=" + strings.Join(api, " "), "TCKCLK_GOSSIP_PORTS=" + strings.Join(gossip, " "), "TCKCLK_AGENT_ADDR=" + agentAddr}
 		cmd := exec.Command("sh", append([]string{filepath.Join(e.repo, "deploy", "cluster-keys.sh"), keys}, names...)...)
 		cmd.Env = append(os.Environ(), kenv...)
@@ -339,15 +352,17 @@ func (e *env) startTicketdSpec(ctx context.Context, spec clusterSpec) (*server, 
 		}
 		if spec.noDevAgent {
 			agentAddr = ""
-		} else if err := e.startDevAgent(ctx, spec.prefix+"agent", agentAddr, fmt.Sprintf("127.0.0.1:%d", ports[2*n+1]), filepath.Join(keys, "clock.secret")); err != nil {
+		} else if err := e.startDevAgent(ctx, spec.prefix+"agent", agentAddr, fmt.Sprintf("127.0.0.1:%d", ports[2*all+1]), filepath.Join(keys, "clock.secret")); err != nil {
 			return nil, err
 		}
-		for i, name := range names {
-			args := append([]string{"--config", filepath.Join(keys, name+".yaml"), "--log.level", "warn",
-				"--api.admin_token_file", filepath.Join(keys, "admin.token")}, clockFlags...)
+		for i, name := range names[:n] {
+			args := clusterArgs(keys, name)
 			more, err := nodeFlags(i)
 			if err != nil {
 				return nil, err
+			}
+			if spec.spare > 0 { // the spares are not expected at bootstrap
+				more = append(slices.Clone(more), "--cluster.raft.bootstrap_expect", fmt.Sprint(n))
 			}
 			if spec.nodeAgent != nil {
 				a, err := spec.nodeAgent(i, agentAddr, keys)
@@ -395,6 +410,29 @@ func (e *env) startTicketdSpec(ctx context.Context, spec clusterSpec) (*server, 
 		return nil, fmt.Errorf("%s: %w", s.label, err)
 	}
 	return s, nil
+}
+
+// clusterArgs is cluster node name's command line before any extra
+// flags (which win).
+func clusterArgs(keys, name string) []string {
+	return append([]string{"--config", filepath.Join(keys, name+".yaml"), "--log.level", "warn",
+		"--api.admin_token_file", filepath.Join(keys, "admin.token")}, clockFlags...)
+}
+
+// spare is a cluster NodeId with keys and a config, not started yet.
+type spare struct{ name, url string }
+
+// startSpare starts s's next spare NodeId as a node joining the running
+// cluster (bootstrap_expect 0, an empty data dir) with extra flags.
+func (e *env) startSpare(s *server, extra []string) (*proc, spare, error) {
+	if len(s.spares) == 0 {
+		return nil, spare{}, errors.New("no spare NodeId left")
+	}
+	sp := s.spares[0]
+	s.spares = s.spares[1:]
+	args := append(clusterArgs(s.keys, sp.name), "--cluster.raft.bootstrap_expect", "0")
+	p, err := e.start(s.prefix+"ticketd3-"+sp.name, nil, filepath.Join(e.bin, "ticketd"), append(args, extra...)...)
+	return p, sp, err
 }
 
 type wireStatus struct{ role string }
