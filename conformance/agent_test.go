@@ -57,9 +57,11 @@ type fakeAgent struct {
 // reference returns a correct agent signing with key.
 func reference(key []byte) *fakeAgent {
 	return &fakeAgent{
-		key:         protocol.NewKey(key),
-		keyRaw:      key,
-		readTimeout: 300 * time.Millisecond,
+		key:    protocol.NewKey(key),
+		keyRaw: key,
+		// SPEC §2.1's default: a shorter one closed connections whose
+		// request a loaded machine delivered late (a spurious EOF)
+		readTimeout: 2 * time.Second,
 		lines:       oneLine,
 		parse:       protocol.ParseRequest,
 		sample:      honestSample(0),
