@@ -183,7 +183,8 @@ func benchAgent(b *testing.B, cfg Config) *running {
 
 // BenchmarkAgentVsBare: throughput and p99 of full exchanges against the
 // agent and against the bare server, interleaved in rounds so machine noise
-// hits both alike.
+// hits both alike, at 1, 8 and 16 concurrent clients (one sub-benchmark
+// each: -bench 'AgentVsBare/clients=1$' runs only the single client).
 func BenchmarkAgentVsBare(b *testing.B) {
 	cfg := devConfig(b)
 	r := benchAgent(b, cfg)
@@ -193,20 +194,28 @@ func BenchmarkAgentVsBare(b *testing.B) {
 	fixed := protocol.Response{Nonce: protocol.Nonce{1}, ReferenceUnixMs: uint64(time.Now().UnixMilli()), UncertaintyMs: 2, Synced: true, SourceAgeMs: 5}
 	keys[0].Sign(&fixed)
 	bare := startBare(b, protocol.EncodeResponse(&fixed))
-	const workers, rounds, phase = 8, 12, 600 * time.Millisecond
+	for _, workers := range []int{1, 8, 16} {
+		b.Run(fmt.Sprintf("clients=%d", workers), func(b *testing.B) {
+			agentVsBare(b, r.Addr().String(), bare.ln.Addr().String(), keys, workers)
+		})
+	}
+}
+
+func agentVsBare(b *testing.B, agentAddr, bareAddr string, keys protocol.KeyRing, workers int) {
+	const rounds, phase = 12, 600 * time.Millisecond
 	// Warm up both.
-	load(r.Addr().String(), keys, workers, 300*time.Millisecond, false)
-	load(bare.ln.Addr().String(), keys, workers, 300*time.Millisecond, true)
+	load(agentAddr, keys, workers, 300*time.Millisecond, false)
+	load(bareAddr, keys, workers, 300*time.Millisecond, true)
 	var ag, br []loadResult
 	b.ResetTimer()
 	for i := range rounds {
 		// Alternate which goes first: a slow spell hits both alike.
 		if i%2 == 0 {
-			ag = append(ag, load(r.Addr().String(), keys, workers, phase, false))
-			br = append(br, load(bare.ln.Addr().String(), keys, workers, phase, true))
+			ag = append(ag, load(agentAddr, keys, workers, phase, false))
+			br = append(br, load(bareAddr, keys, workers, phase, true))
 		} else {
-			br = append(br, load(bare.ln.Addr().String(), keys, workers, phase, true))
-			ag = append(ag, load(r.Addr().String(), keys, workers, phase, false))
+			br = append(br, load(bareAddr, keys, workers, phase, true))
+			ag = append(ag, load(agentAddr, keys, workers, phase, false))
 		}
 	}
 	b.StopTimer()
