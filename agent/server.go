@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -53,8 +54,10 @@ type Server struct {
 	clock  interface{ Now() time.Time }
 	lrPool sync.Pool
 
-	open atomic.Int64
-	wg   sync.WaitGroup
+	open    atomic.Int64
+	buffers atomic.Int64 // connStates taken from lrPool (tests)
+	waiting atomic.Int64 // connections parked before their first byte (tests)
+	wg      sync.WaitGroup
 
 	mu       sync.Mutex
 	ln       net.Listener
@@ -149,16 +152,16 @@ func (s *Server) exchange(c net.Conn, start time.Time) string {
 		return string(protocol.ReasonIO)
 	}
 	// A silent connection holds no buffer, only its goroutine: the line
-	// buffer is taken once bytes (or the EOF) can be read.
-	if err := waitReadable(c); err != nil {
+	// buffer is taken once bytes (or the EOF) can be read, and the first
+	// read goes straight into it.
+	st, err := s.firstRead(c)
+	if err != nil {
 		return reasonOf(err)
 	}
-	st := s.lrPool.Get().(*connState)
 	defer func() {
 		st.lr.Reset(nil)
-		s.lrPool.Put(st)
+		s.putState(st)
 	}()
-	st.lr.Reset(c)
 	line, err := st.lr.ReadLine()
 	if err != nil {
 		return reasonOf(err)
@@ -195,22 +198,78 @@ func reasonOf(err error) string {
 	return string(protocol.ReasonIO)
 }
 
-// waitReadable parks until c has bytes or an EOF to read, or its read
-// deadline passes, without a read buffer (MSG_PEEK of one byte).
-func waitReadable(c net.Conn) error {
+// firstRead parks until c has bytes or an EOF to read, or its read deadline
+// passes, without a buffer; then it takes a pooled connState and reads the
+// first bytes straight into its line reader (one read syscall, no peek).
+// A socket found empty gives its buffer back before parking again.
+func (s *Server) firstRead(c net.Conn) (*connState, error) {
+	st := s.getState()
+	st.lr.Reset(c)
 	sc, ok := c.(syscall.Conn)
 	if !ok {
-		return nil // not a socket (tests' pipes): read directly
+		return st, nil // not a socket (tests' pipes): ReadLine reads it
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return nil
+		return st, nil
 	}
-	var peek [1]byte
-	return rc.Read(func(fd uintptr) bool {
-		_, _, err := unix.Recvfrom(int(fd), peek[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		return err != unix.EAGAIN && err != unix.EINTR
+	waiting := false
+	err = rc.Read(func(fd uintptr) bool {
+		if st == nil {
+			st = s.getState()
+			st.lr.Reset(c)
+		}
+		again := false
+		st.lr.ReadOnce(func(p []byte) (int, error) {
+			for {
+				n, err := unix.Read(int(fd), p)
+				switch {
+				case err == unix.EINTR:
+					continue
+				case err == unix.EAGAIN:
+					again = true
+					return 0, nil
+				case err != nil:
+					return 0, err
+				case n == 0:
+					return 0, io.EOF
+				}
+				return n, nil
+			}
+		})
+		if again {
+			st.lr.Reset(nil)
+			s.putState(st)
+			st = nil
+			if !waiting {
+				waiting = true
+				s.waiting.Add(1)
+			}
+			return false
+		}
+		return true
 	})
+	if waiting {
+		s.waiting.Add(-1)
+	}
+	if err != nil {
+		if st != nil {
+			st.lr.Reset(nil)
+			s.putState(st)
+		}
+		return nil, err
+	}
+	return st, nil
+}
+
+func (s *Server) getState() *connState {
+	s.buffers.Add(1)
+	return s.lrPool.Get().(*connState)
+}
+
+func (s *Server) putState(st *connState) {
+	s.lrPool.Put(st)
+	s.buffers.Add(-1)
 }
 
 // Shutdown stops accepting, lets every held connection finish its exchange

@@ -478,3 +478,59 @@ func TestServeConnAnswersOnlyValid(t *testing.T) {
 		}
 	}
 }
+
+// A silent connection holds no line buffer (doc.go): with 5 connections
+// parked before their first byte none of the pooled buffers is taken; one
+// that sends half a line holds one, and every buffer is back once all are
+// answered or closed. A partial first read (no LF yet) is completed from
+// the connection.
+func TestSilentConnectionsHoldNoBuffer(t *testing.T) {
+	cfg := devConfig(t)
+	cfg.ReadTimeoutMs = 5000
+	r := startAgent(t, cfg, Options{})
+	addr := r.Addr().String()
+	s := r.server
+	var silent []net.Conn
+	for range 5 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		silent = append(silent, c)
+	}
+	waitFor(t, "5 connections parked", 3*time.Second, func() bool { return s.waiting.Load() == 5 })
+	if n := s.buffers.Load(); n != 0 {
+		t.Fatalf("%d buffers held by 5 silent connections, want 0", n)
+	}
+	nonce, _ := protocol.NewNonce()
+	req := protocol.EncodeRequest(protocol.Request{Nonce: nonce})
+	half, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer half.Close()
+	if _, err := half.Write(req[:10]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the half line read", 3*time.Second, func() bool { return s.buffers.Load() == 1 && s.waiting.Load() == 5 })
+	if _, err := half.Write(req[10:]); err != nil {
+		t.Fatal(err)
+	}
+	half.SetReadDeadline(time.Now().Add(3 * time.Second))
+	lr := protocol.NewLineReader(half)
+	line, err := lr.ReadLine()
+	if err != nil {
+		t.Fatalf("half line then the rest: %v", err)
+	}
+	if _, err := protocol.ParseVerify(line, nonce, devKeys()); err != nil {
+		t.Fatalf("answer: %v", err)
+	}
+	for _, c := range silent {
+		c.Close()
+	}
+	waitFor(t, "all connections released", 3*time.Second, func() bool { return s.OpenConns() == 0 })
+	if n, w := s.buffers.Load(), s.waiting.Load(); n != 0 || w != 0 {
+		t.Fatalf("after all closed: %d buffers held, %d waiting; want 0, 0", n, w)
+	}
+}

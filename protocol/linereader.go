@@ -15,6 +15,7 @@ type LineReader struct {
 	n    int // bytes held in buf
 	lf   int // index of the LF in buf, -1 until found
 	done bool
+	err  error // from ReadOnce: ReadLine returns it before reading r
 }
 
 // NewLineReader returns a reader of one line from r.
@@ -24,7 +25,30 @@ func NewLineReader(r io.Reader) *LineReader {
 
 // Reset makes lr read a new line from r, reusing its buffer.
 func (lr *LineReader) Reset(r io.Reader) {
-	lr.r, lr.n, lr.lf, lr.done = r, 0, -1, false
+	lr.r, lr.n, lr.lf, lr.done, lr.err = r, 0, -1, false, nil
+}
+
+// ReadOnce fills lr's buffer with one call of read before ReadLine (which
+// then reads from r only if no LF came): a server that does its first read
+// itself, e.g. straight from the socket when it becomes readable, instead
+// of peeking first. read gets the free part of the buffer and follows
+// io.Reader's contract; an error it returns is the one ReadLine reports
+// once the bytes read are used up.
+func (lr *LineReader) ReadOnce(read func(p []byte) (int, error)) {
+	if lr.done || lr.lf >= 0 || lr.err != nil || lr.n == len(lr.buf) {
+		return
+	}
+	m, err := read(lr.buf[lr.n:])
+	lr.took(max(m, 0))
+	lr.err = err
+}
+
+// took adds m bytes just read into buf[n:] and notes the first LF.
+func (lr *LineReader) took(m int) {
+	if i := bytes.IndexByte(lr.buf[lr.n:lr.n+m], '\n'); i >= 0 && lr.lf < 0 {
+		lr.lf = lr.n + i
+	}
+	lr.n += m
 }
 
 // ReadLine reads up to the first LF and returns the line without it. The
@@ -40,12 +64,14 @@ func (lr *LineReader) ReadLine() ([]byte, error) {
 		if lr.n == len(lr.buf) {
 			return nil, errSize
 		}
-		m, err := lr.r.Read(lr.buf[lr.n:])
+		var m int
+		err := lr.err
+		if err == nil {
+			m, err = lr.r.Read(lr.buf[lr.n:])
+		}
+		lr.err = nil
 		if m > 0 {
-			if i := bytes.IndexByte(lr.buf[lr.n:lr.n+m], '\n'); i >= 0 {
-				lr.lf = lr.n + i
-			}
-			lr.n += m
+			lr.took(m)
 			continue
 		}
 		if err == io.EOF {

@@ -15,17 +15,19 @@ type timeoutReader struct{}
 
 func (timeoutReader) Read([]byte) (int, error) { return 0, os.ErrDeadlineExceeded }
 
-// SPEC §1.1: bounded line reading.
-func TestLineReader(t *testing.T) {
+type lineCase struct {
+	name      string
+	r         io.Reader
+	wantLine  string
+	wantErr   Reason // "" means ReadLine succeeds
+	wantExtra int
+	eofErr    Reason
+}
+
+// lineCases are fresh readers on every call.
+func lineCases() []lineCase {
 	line256 := strings.Repeat("A", 256)
-	cases := []struct {
-		name      string
-		r         io.Reader
-		wantLine  string
-		wantErr   Reason // "" means ReadLine succeeds
-		wantExtra int
-		eofErr    Reason
-	}{
+	return []lineCase{
 		{name: "simple", r: strings.NewReader("abc\n"), wantLine: "abc"},
 		{name: "one byte at a time", r: iotest.OneByteReader(strings.NewReader("abc\n")), wantLine: "abc"},
 		{name: "exactly 256", r: strings.NewReader(line256 + "\n"), wantLine: line256},
@@ -42,27 +44,41 @@ func TestLineReader(t *testing.T) {
 		{name: "io error", r: iotest.ErrReader(errors.New("reset")), wantErr: ReasonIO},
 		{name: "io error after data", r: iotest.DataErrReader(strings.NewReader("ab")), wantErr: ReasonFormat},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			lr := NewLineReader(tc.r)
-			line, err := lr.ReadLine()
-			if tc.wantErr != "" {
-				if !hasReason(err, tc.wantErr) {
-					t.Fatalf("got %q, %v; want reason %s", line, err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil || string(line) != tc.wantLine {
-				t.Fatalf("got %q, %v", line, err)
-			}
-			if lr.Extra() != tc.wantExtra {
-				t.Fatalf("extra %d, want %d", lr.Extra(), tc.wantExtra)
-			}
-			err = lr.ExpectEOF()
-			if tc.eofErr == "" && err != nil || tc.eofErr != "" && !hasReason(err, tc.eofErr) {
-				t.Fatalf("ExpectEOF: %v, want %q", err, tc.eofErr)
-			}
-		})
+}
+
+// SPEC §1.1: bounded line reading, reading r only from ReadLine or with the
+// first read done by ReadOnce (the agent's read when the socket becomes
+// readable): the same lines and reasons either way.
+func TestLineReader(t *testing.T) {
+	for _, first := range []string{"ReadLine", "ReadOnce"} {
+		for _, tc := range lineCases() {
+			t.Run(first+"/"+tc.name, func(t *testing.T) { checkLine(t, tc, first == "ReadOnce") })
+		}
+	}
+}
+
+func checkLine(t *testing.T, tc lineCase, readOnce bool) {
+	t.Helper()
+	lr := NewLineReader(tc.r)
+	if readOnce {
+		lr.ReadOnce(tc.r.Read)
+	}
+	line, err := lr.ReadLine()
+	if tc.wantErr != "" {
+		if !hasReason(err, tc.wantErr) {
+			t.Fatalf("got %q, %v; want reason %s", line, err, tc.wantErr)
+		}
+		return
+	}
+	if err != nil || string(line) != tc.wantLine {
+		t.Fatalf("got %q, %v", line, err)
+	}
+	if lr.Extra() != tc.wantExtra {
+		t.Fatalf("extra %d, want %d", lr.Extra(), tc.wantExtra)
+	}
+	err = lr.ExpectEOF()
+	if tc.eofErr == "" && err != nil || tc.eofErr != "" && !hasReason(err, tc.eofErr) {
+		t.Fatalf("ExpectEOF: %v, want %q", err, tc.eofErr)
 	}
 }
 
