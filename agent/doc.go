@@ -12,8 +12,10 @@
 // reason. A connection must deliver its line within read_timeout_ms
 // (default 2 s, at most 10 s); at most max_conns are held, further ones are
 // closed at once. A held connection costs one goroutine (2 KiB stack) and
-// its socket; it takes a pooled fixed buffer only once bytes are readable
-// (a one-byte MSG_PEEK), so silent connections hold no buffer. Nothing
+// its socket; it takes a pooled fixed buffer only when the socket is
+// readable and reads the first bytes straight into it (a read that finds
+// nothing gives the buffer back before waiting again), so silent
+// connections hold no buffer and an exchange costs no extra syscall. Nothing
 // grows with what clients send. Shutdown stops accepting, fails /readyz and
 // lets held connections finish their exchange.
 //
