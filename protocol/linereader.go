@@ -39,7 +39,7 @@ func (lr *LineReader) ReadOnce(read func(p []byte) (int, error)) {
 		return
 	}
 	m, err := read(lr.buf[lr.n:])
-	lr.took(max(m, 0))
+	lr.took(min(max(m, 0), len(lr.buf)-lr.n)) // a read breaking io.Reader's contract never indexes past buf
 	lr.err = err
 }
 
