@@ -562,10 +562,13 @@ func (m *Membership) setMember(mem Member) {
 		}
 		counts[e.State]++
 	}
-	m.mu.Unlock()
+	// Set under the lock: two callbacks racing past an unlock could
+	// otherwise leave the older counts in the gauge, and a reader of
+	// Members would see a state the gauge does not count yet.
 	for _, s := range []State{StateAlive, StateSuspect, StateDead, StateLeft} {
 		m.met.members.WithLabelValues(s.String()).Set(float64(counts[s]))
 	}
+	m.mu.Unlock()
 }
 
 func (m *Membership) member(id string) (Member, bool) {
