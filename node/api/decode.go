@@ -36,23 +36,29 @@ type fieldSpec struct {
 // nested values, missing required fields and trailing data are errors whose
 // message names the field.
 func decodeStrict(body []byte, fields ...fieldSpec) error {
+	_, err := decodeSeen(body, fields)
+	return err
+}
+
+// decodeSeen is decodeStrict, also returning the fields given.
+func decodeSeen(body []byte, fields []fieldSpec) (map[string]bool, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
-		return errors.New("body is empty; want a JSON object")
+		return nil, errors.New("body is empty; want a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	tok, err := dec.Token()
 	if err != nil {
-		return fmt.Errorf("body is not JSON: %v", err)
+		return nil, fmt.Errorf("body is not JSON: %v", err)
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return fmt.Errorf("body must be a JSON object, not %s", describe(tok))
+		return nil, fmt.Errorf("body must be a JSON object, not %s", describe(tok))
 	}
 	seen := map[string]bool{}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return fmt.Errorf("body is not JSON: %v", err)
+			return nil, fmt.Errorf("body is not JSON: %v", err)
 		}
 		key, _ := tok.(string)
 		var f *fieldSpec
@@ -62,35 +68,35 @@ func decodeStrict(body []byte, fields ...fieldSpec) error {
 			}
 		}
 		if f == nil {
-			return fmt.Errorf("unknown field %q; this request takes %s", key, names(fields))
+			return nil, fmt.Errorf("unknown field %q; this request takes %s", key, names(fields))
 		}
 		if seen[key] {
-			return fmt.Errorf("field %q is given twice", key)
+			return nil, fmt.Errorf("field %q is given twice", key)
 		}
 		seen[key] = true
 		val, err := dec.Token()
 		if err != nil {
-			return fmt.Errorf("field %q: not JSON: %v", key, err)
+			return nil, fmt.Errorf("field %q: not JSON: %v", key, err)
 		}
 		if err := f.set(val); err != nil {
-			return fmt.Errorf("field %q: %v", key, err)
+			return nil, fmt.Errorf("field %q: %v", key, err)
 		}
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
-		return fmt.Errorf("body is not JSON: %v", err)
+		return nil, fmt.Errorf("body is not JSON: %v", err)
 	}
 	if tok, err := dec.Token(); err != io.EOF {
 		if err != nil {
-			return fmt.Errorf("data after the JSON object: %v", err)
+			return nil, fmt.Errorf("data after the JSON object: %v", err)
 		}
-		return fmt.Errorf("data after the JSON object: %s", describe(tok))
+		return nil, fmt.Errorf("data after the JSON object: %s", describe(tok))
 	}
 	for _, f := range fields {
 		if f.required && !seen[f.name] {
-			return fmt.Errorf("field %q is required", f.name)
+			return nil, fmt.Errorf("field %q is required", f.name)
 		}
 	}
-	return nil
+	return seen, nil
 }
 
 func (f *fieldSpec) set(val json.Token) error {

@@ -12,6 +12,10 @@ import (
 type Metrics struct {
 	ops *prometheus.CounterVec
 	dur *prometheus.HistogramVec
+	// POST /v1/batch: requests by result, and the ops they carried (each
+	// op is also counted in ops and dur under its own op).
+	batches  *prometheus.CounterVec
+	batchOps prometheus.Counter
 }
 
 // NewMetrics registers the metrics on reg.
@@ -27,7 +31,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"op"}),
 	}
-	reg.MustRegister(m.ops, m.dur)
+	m.batches = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ticket_batch_requests_total",
+		Help: "POST /v1/batch requests by result (ok: answered with per-op results; otherwise the whole request was refused).",
+	}, []string{"result"})
+	m.batchOps = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ticket_batch_ops_total",
+		Help: "Ops carried by accepted POST /v1/batch requests (each also in ticket_ops_total under its op).",
+	})
+	reg.MustRegister(m.ops, m.dur, m.batches, m.batchOps)
 	return m
 }
 
@@ -38,4 +50,20 @@ func (m *Metrics) Observe(op, result string, d time.Duration) {
 	}
 	m.ops.WithLabelValues(op, result).Inc()
 	m.dur.WithLabelValues(op).Observe(d.Seconds())
+}
+
+// Batch counts one POST /v1/batch request with its result.
+func (m *Metrics) Batch(result string) {
+	if m == nil {
+		return
+	}
+	m.batches.WithLabelValues(result).Inc()
+}
+
+// BatchOps counts the ops of an accepted batch.
+func (m *Metrics) BatchOps(n int) {
+	if m == nil {
+		return
+	}
+	m.batchOps.Add(float64(n))
 }

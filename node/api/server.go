@@ -153,6 +153,7 @@ const (
 	rSnapshot
 	rUI
 	rReplace
+	rBatch
 )
 
 type endpoint struct {
@@ -175,6 +176,7 @@ var fixed = map[string]endpoint{
 	"/ui":                             {rUI, http.MethodGet},
 	"/ui/":                            {rUI, http.MethodGet},
 	"/v1/cluster/replace":             {rReplace, http.MethodPost},
+	"/v1/batch":                       {rBatch, http.MethodPost},
 }
 
 // match returns the route, its method and the ticket name in the path. It
@@ -235,6 +237,9 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if op != "" {
 		s.m.Observe(op, result, time.Since(start))
 	}
+	if rt == rBatch {
+		s.m.Batch(result)
+	}
 }
 
 // serve handles a matched request and returns the metrics result label.
@@ -283,7 +288,11 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, name st
 	var body []byte
 	if r.Method == http.MethodPost {
 		var err *Error
-		if body, err = readBody(w, r); err != nil {
+		limit := int64(MaxBody)
+		if rt == rBatch {
+			limit = MaxBatchBody
+		}
+		if body, err = readBody(w, r, limit); err != nil {
 			return s.fail(w, err)
 		}
 	} else if r.ContentLength > 0 {
@@ -313,6 +322,8 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, name st
 		return s.list(w, r)
 	case rGrant, rRenew, rRelease:
 		return s.write(w, r, rt, name, body)
+	case rBatch:
+		return s.batch(w, r, body)
 	case rMembers:
 		ms, err := s.b.Members(r.Context())
 		if err != nil {
@@ -420,6 +431,22 @@ func (s *server) write(w http.ResponseWriter, r *http.Request, rt route, name st
 	if err := noQuery(r); err != nil {
 		return s.fail(w, err)
 	}
+	wr, err := decodeWrite(rt, name, body)
+	if err != nil {
+		return s.fail(w, err)
+	}
+	if wr.WaitMs > 0 {
+		// The server's read and write timeouts would cut the wait short
+		// (an expired read deadline cancels the request's context).
+		longer(w, time.Duration(wr.WaitMs)*time.Millisecond)
+	}
+	a := s.apply(r.Context(), wr)
+	writeJSON(w, a.status, a.body)
+	return a.label
+}
+
+// decodeWrite reads the body of a grant, renew or release on name.
+func decodeWrite(rt route, name string, body []byte) (Write, *Error) {
 	wr := Write{Name: name}
 	var lease int64
 	holder := fieldSpec{name: "holder", kind: kString, required: true, str: &wr.Holder}
@@ -444,61 +471,74 @@ func (s *server) write(w http.ResponseWriter, r *http.Request, rt route, name st
 		err = decodeStrict(body, holder, token)
 	}
 	if err != nil {
-		return s.fail(w, badRequest("%v", err))
+		return Write{}, badRequest("%v", err)
 	}
+	return checkWrite(wr, lease)
+}
+
+// checkWrite validates a decoded write (holder, token, lease) the same way
+// for a single request and a batch op.
+func checkWrite(wr Write, lease int64) (Write, *Error) {
 	if err := ticket.ValidHolder(wr.Holder); err != nil {
-		return s.fail(w, badRequest("%v", err))
+		return Write{}, badRequest("%v", err)
 	}
 	if wr.Op != ticket.OpGrant && wr.Token == 0 {
-		return s.fail(w, badRequest("token must be at least 1"))
+		return Write{}, badRequest("token must be at least 1")
 	}
 	if wr.Op != ticket.OpRelease {
 		if err := ticket.ValidLease(lease); err != nil {
-			return s.fail(w, badRequest("%v", err))
+			return Write{}, badRequest("%v", err)
 		}
 		wr.LeaseS = uint8(lease)
 	}
-	if wr.WaitMs > 0 {
-		// The server's read and write timeouts would cut the wait short
-		// (an expired read deadline cancels the request's context).
-		longer(w, time.Duration(wr.WaitMs)*time.Millisecond)
-	}
-	out, werr := s.b.Write(r.Context(), wr)
+	return wr, nil
+}
+
+// answer is one response: its status, its JSON body and the metrics
+// result label.
+type answer struct {
+	status int
+	body   any
+	label  string
+}
+
+// apply makes a validated write through the Backend and maps the outcome
+// to its answer: one mapping for single requests and batch ops.
+func (s *server) apply(ctx context.Context, wr Write) answer {
+	out, werr := s.b.Write(ctx, wr)
 	if werr != nil {
-		return s.fail(w, werr)
+		return s.errAnswer(werr)
 	}
 	res := out.Result
 	t := res.Ticket
+	name := wr.Name
 	switch res.Code {
 	case ticket.CodeOK, ticket.CodeExisting:
 		if wr.Op == ticket.OpRelease {
-			writeJSON(w, http.StatusOK, wire.Released{Name: t.Name, Holder: t.Holder, Token: t.Token, Released: true})
-			return "ok"
+			return answer{http.StatusOK, wire.Released{Name: t.Name, Holder: t.Holder, Token: t.Token, Released: true}, "ok"}
 		}
 		var remaining uint64
 		if t.ValidBeforeMs > out.RecvMs {
 			remaining = t.ValidBeforeMs - out.RecvMs
 		}
-		writeJSON(w, http.StatusOK, wire.Grant{Name: t.Name, Holder: t.Holder, Token: t.Token, LeaseS: t.LeaseS,
-			ConservativeValidBeforeUnixMs: t.ValidBeforeMs, RemainingMs: remaining, WaitedMs: out.WaitedMs})
-		return res.Code.String()
+		return answer{http.StatusOK, wire.Grant{Name: t.Name, Holder: t.Holder, Token: t.Token, LeaseS: t.LeaseS,
+			ConservativeValidBeforeUnixMs: t.ValidBeforeMs, RemainingMs: remaining, WaitedMs: out.WaitedMs}, res.Code.String()}
 	case ticket.CodeHeld:
-		writeJSON(w, http.StatusConflict, wire.ErrorBody{Error: "held", Holder: t.Holder, Token: t.Token,
-			Message: fmt.Sprintf("ticket %q is held by %q (token %d)", name, t.Holder, t.Token)})
-		return "held"
+		return answer{http.StatusConflict, wire.ErrorBody{Error: "held", Holder: t.Holder, Token: t.Token,
+			Message: fmt.Sprintf("ticket %q is held by %q (token %d)", name, t.Holder, t.Token)}, "held"}
 	case ticket.CodeNotHeld:
-		return s.conflict(w, res.Code, "ticket %q is not held", name)
+		return conflict(res.Code, "ticket %q is not held", name)
 	case ticket.CodeWrongHolder:
-		return s.conflict(w, res.Code, "ticket %q is not held by %q", name, wr.Holder)
+		return conflict(res.Code, "ticket %q is not held by %q", name, wr.Holder)
 	case ticket.CodeWrongToken:
-		return s.conflict(w, res.Code, "ticket %q is held by %q under another token than %d", name, wr.Holder, wr.Token)
+		return conflict(res.Code, "ticket %q is held by %q under another token than %d", name, wr.Holder, wr.Token)
 	case ticket.CodeLeaseOver:
-		return s.conflict(w, res.Code, "ticket %q: the lease of token %d has run out; grant it again", name, wr.Token)
+		return conflict(res.Code, "ticket %q: the lease of token %d has run out; grant it again", name, wr.Token)
 	case ticket.CodeFatal:
-		return s.fail(w, Unavailable("failed", "state", "the node stopped: %v", res.Err))
+		return s.errAnswer(Unavailable("failed", "state", "the node stopped: %v", res.Err))
 	}
 	// NoDelta, BadExpiry: the node proposed against a Δ it no longer has.
-	return s.fail(w, Unavailable("", res.Code.String(), "refused by the state machine (%v); retry", res.Code))
+	return s.errAnswer(Unavailable("", res.Code.String(), "refused by the state machine (%v); retry", res.Code))
 }
 
 // longer lifts the connection's read deadline and moves its write
@@ -575,9 +615,8 @@ func parseWait(v string) (time.Duration, error) {
 	return d, nil
 }
 
-func (s *server) conflict(w http.ResponseWriter, c ticket.Code, format string, args ...any) string {
-	writeJSON(w, http.StatusConflict, wire.ErrorBody{Error: c.String(), Message: fmt.Sprintf(format, args...)})
-	return c.String()
+func conflict(c ticket.Code, format string, args ...any) answer {
+	return answer{http.StatusConflict, wire.ErrorBody{Error: c.String(), Message: fmt.Sprintf(format, args...)}, c.String()}
 }
 
 // authorize checks the bearer token in constant time (hashes of equal
@@ -611,12 +650,12 @@ func (s *server) authorize(r *http.Request, admin bool) *Error {
 	return nil
 }
 
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *Error) {
-	tooLarge := &Error{Kind: kindTooLarge, Code: "too_large", Message: fmt.Sprintf("request body is larger than %d bytes", MaxBody)}
-	if r.ContentLength > MaxBody {
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *Error) {
+	tooLarge := &Error{Kind: kindTooLarge, Code: "too_large", Message: fmt.Sprintf("request body is larger than %d bytes", limit)}
+	if r.ContentLength > limit {
 		return nil, tooLarge
 	}
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -640,20 +679,28 @@ func badRequest(format string, args ...any) *Error {
 
 // fail writes an error answer and returns its metrics label.
 func (s *server) fail(w http.ResponseWriter, err error) string {
+	a := s.errAnswer(err)
+	writeJSON(w, a.status, a.body)
+	return a.label
+}
+
+// errAnswer is the answer to a refusal: its status, the error body and
+// the metrics label.
+func (s *server) errAnswer(err error) answer {
 	var e *Error
 	if !errors.As(err, &e) {
 		s.log.Error("api: internal error", "err", err)
 		e = &Error{Code: "internal", Message: err.Error()}
 	}
 	status := e.status()
-	writeJSON(w, status, wire.ErrorBody{Error: e.Code, Message: e.Message, Stage: e.Stage, Reason: e.Reason})
+	body := wire.ErrorBody{Error: e.Code, Message: e.Message, Stage: e.Stage, Reason: e.Reason}
 	switch status {
 	case http.StatusServiceUnavailable:
-		return "unavailable"
+		return answer{status, body, "unavailable"}
 	case http.StatusInternalServerError:
-		return "error"
+		return answer{status, body, "error"}
 	}
-	return e.Code
+	return answer{status, body, e.Code}
 }
 
 var (

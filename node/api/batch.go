@@ -1,0 +1,212 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tckclk/tckclk/node/ticket"
+)
+
+// POST /v1/batch carries several grant, renew and release ops in one
+// request (issue 16: one HTTP request per op was the bottleneck). Each op
+// goes through exactly the path of its single endpoint: the same
+// validation, the same Backend.Write (clock check per proposal, its own
+// Raft entry, forwarding from a follower, the unknown-outcome mapping) and
+// the same answer, status and JSON body. The ops run concurrently; their
+// order of application is unspecified, as for concurrent single requests.
+// The results come back in the order of the ops.
+
+// MaxBatchOps is the most ops one batch may carry.
+const MaxBatchOps = 256
+
+// MaxBatchBody is the largest batch body accepted (larger: 413): room for
+// MaxBatchOps ops with the longest names and holders.
+const MaxBatchBody = 256 << 10
+
+// batchOps are the op names a batch takes, and the fields each takes
+// besides "op" and "name".
+var batchOps = map[string]struct {
+	op     ticket.Op
+	fields []string
+}{
+	"grant":   {ticket.OpGrant, []string{"holder", "lease_s"}},
+	"renew":   {ticket.OpRenew, []string{"holder", "token", "lease_s"}},
+	"release": {ticket.OpRelease, []string{"holder", "token"}},
+}
+
+// batchResult is one op's answer inside a batch answer: the status and
+// body its single endpoint would have answered.
+type batchResult struct {
+	Status int `json:"status"`
+	Body   any `json:"body"`
+}
+
+type batchAnswer struct {
+	Results []batchResult `json:"results"`
+}
+
+// DecodeBatch reads a batch body {"ops":[...]} into its ops, each still
+// undecoded JSON; a malformed body (not that object, an empty list, more
+// than MaxBatchOps ops) is an error naming the field. Exported for the
+// fuzz targets.
+func DecodeBatch(body []byte) ([]json.RawMessage, error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, errors.New(`body is empty; want {"ops":[...]}`)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, fmt.Errorf("body is not JSON: %v", err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, fmt.Errorf("body must be a JSON object, not %s", describe(tok))
+	}
+	var ops []json.RawMessage
+	seen := false
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("body is not JSON: %v", err)
+		}
+		if key, _ := tok.(string); key != "ops" {
+			return nil, fmt.Errorf("unknown field %q; a batch takes \"ops\"", key)
+		}
+		if seen {
+			return nil, errors.New(`field "ops" is given twice`)
+		}
+		seen = true
+		tok, err = dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("field \"ops\": not JSON: %v", err)
+		}
+		if d, ok := tok.(json.Delim); !ok || d != '[' {
+			return nil, fmt.Errorf("field \"ops\": want an array of ops, got %s", describe(tok))
+		}
+		for dec.More() {
+			if len(ops) == MaxBatchOps {
+				return nil, fmt.Errorf("field \"ops\": more than %d ops", MaxBatchOps)
+			}
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); err != nil {
+				return nil, fmt.Errorf("field \"ops\": op %d is not JSON: %v", len(ops), err)
+			}
+			ops = append(ops, raw)
+		}
+		if _, err := dec.Token(); err != nil { // the closing bracket
+			return nil, fmt.Errorf("field \"ops\": not JSON: %v", err)
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, fmt.Errorf("body is not JSON: %v", err)
+	}
+	if tok, err := dec.Token(); err != io.EOF {
+		if err != nil {
+			return nil, fmt.Errorf("data after the JSON object: %v", err)
+		}
+		return nil, fmt.Errorf("data after the JSON object: %s", describe(tok))
+	}
+	if !seen {
+		return nil, errors.New(`field "ops" is required`)
+	}
+	if len(ops) == 0 {
+		return nil, fmt.Errorf("field \"ops\": empty; want 1..=%d ops", MaxBatchOps)
+	}
+	return ops, nil
+}
+
+// DecodeBatchOp reads one op of a batch and validates it as its single
+// endpoint would (name, holder, token, lease). It returns the op's name
+// ("grant", "renew", "release"; "" when the op field is unusable) and the
+// Write, or a 400 naming the field. Exported for the fuzz targets.
+func DecodeBatchOp(raw []byte) (string, Write, *Error) {
+	var (
+		opName string
+		wr     Write
+		lease  int64
+		waitMs uint64
+	)
+	seen, err := decodeSeen(raw, []fieldSpec{
+		{name: "op", kind: kString, required: true, str: &opName},
+		{name: "name", kind: kString, required: true, str: &wr.Name},
+		{name: "holder", kind: kString, str: &wr.Holder},
+		{name: "token", kind: kUint, u64: &wr.Token},
+		{name: "lease_s", kind: kInt, i64: &lease},
+		{name: "wait_ms", kind: kUint, u64: &waitMs},
+	})
+	given := opName
+	op, known := batchOps[opName]
+	if !known {
+		opName = ""
+	}
+	if err != nil {
+		return opName, Write{}, badRequest("%v", strings.Replace(err.Error(), "this request takes", "a batch op takes", 1))
+	}
+	if !known {
+		return "", Write{}, badRequest("field \"op\": %q is not grant, renew or release", given)
+	}
+	if seen["wait_ms"] {
+		return opName, Write{}, badRequest("field \"wait_ms\": not allowed in a batch; a blocking grant is a request of its own")
+	}
+	for _, f := range []string{"holder", "token", "lease_s"} {
+		takes := false
+		for _, g := range op.fields {
+			takes = takes || g == f
+		}
+		switch {
+		case seen[f] && !takes:
+			return opName, Write{}, badRequest("field %q: a %s takes no %s", f, opName, f)
+		case !seen[f] && takes:
+			return opName, Write{}, badRequest("field %q is required", f)
+		}
+	}
+	if err := ticket.ValidName(wr.Name); err != nil {
+		return opName, Write{}, badRequest("ticket %v", err)
+	}
+	wr.Op = op.op
+	wr, berr := checkWrite(wr, lease)
+	return opName, wr, berr
+}
+
+// batch is POST /v1/batch: every op through its single endpoint's path,
+// concurrently, answered together in order.
+func (s *server) batch(w http.ResponseWriter, r *http.Request, body []byte) string {
+	if err := noQuery(r); err != nil {
+		return s.fail(w, err)
+	}
+	raws, err := DecodeBatch(body)
+	if err != nil {
+		return s.fail(w, badRequest("%v", err))
+	}
+	s.m.BatchOps(len(raws))
+	answers := make([]answer, len(raws))
+	var wg sync.WaitGroup
+	for i, raw := range raws {
+		start := time.Now()
+		op, wr, berr := DecodeBatchOp(raw)
+		if berr != nil {
+			answers[i] = s.errAnswer(berr)
+			if op != "" {
+				s.m.Observe(op, answers[i].label, time.Since(start))
+			}
+			continue
+		}
+		wg.Go(func() {
+			answers[i] = s.apply(r.Context(), wr)
+			s.m.Observe(op, answers[i].label, time.Since(start))
+		})
+	}
+	wg.Wait()
+	out := batchAnswer{Results: make([]batchResult, len(answers))}
+	for i, a := range answers {
+		out.Results[i] = batchResult{Status: a.status, Body: a.body}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return "ok"
+}
