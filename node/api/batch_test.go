@@ -212,7 +212,7 @@ func TestBatchMalformed(t *testing.T) {
 		var e struct{ Error, Message string }
 		_ = json.Unmarshal(rec.Body.Bytes(), &e)
 		if rec.Code != c.status || !strings.Contains(e.Message, c.says) {
-			t.Errorf("%.60s: %d %s, want %d saying %q", c.body, rec.Code, rec.Body, c.status, c.says)
+			t.Errorf("%.60s: %d %.200s, want %d saying %q", c.body, rec.Code, rec.Body, c.status, c.says)
 		}
 	}
 	if n := b.count(); n != 0 {
