@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tckclk/tckclk/node/api/wire"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 
@@ -24,7 +25,7 @@ import (
 // The results come back in the order of the ops.
 
 // MaxBatchOps is the most ops one batch may carry.
-const MaxBatchOps = 256
+const MaxBatchOps = wire.MaxBatchOps
 
 // MaxBatchBody is the largest batch body accepted (larger: 413): room for
 // MaxBatchOps ops with the longest names and holders.

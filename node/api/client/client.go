@@ -39,6 +39,9 @@ type Client struct {
 	token string
 	admin string
 	now   func() time.Time
+	co    *coalescer // WithCoalescing; nil: one request per call
+
+	coInFlight int
 }
 
 // Option configures a Client.
@@ -73,6 +76,9 @@ func New(addr string, opts ...Option) (*Client, error) {
 	c := &Client{base: u.Scheme + "://" + u.Host, hc: &http.Client{Timeout: 30 * time.Second}, now: time.Now}
 	for _, o := range opts {
 		o(c)
+	}
+	if c.coInFlight > 0 {
+		c.co = &coalescer{c: c, max: c.coInFlight}
 	}
 	return c, nil
 }
@@ -137,6 +143,10 @@ func LocalDeadline(sent time.Time, remainingMs uint64) time.Time {
 
 // Grant asks for the ticket name for leaseS seconds (1..=250).
 func (c *Client) Grant(ctx context.Context, name, holder string, leaseS int) (*Lease, error) {
+	if c.co != nil {
+		l := int64(leaseS)
+		return c.coLease(ctx, wire.BatchOp{Op: "grant", Name: name, Holder: holder, LeaseS: &l})
+	}
 	return c.lease(ctx, name, "grant", wire.GrantRequest{Holder: holder, LeaseS: int64(leaseS)})
 }
 
@@ -169,6 +179,10 @@ func (c *Client) GrantWait(ctx context.Context, name, holder string, leaseS int,
 
 // Renew extends the holder's lease; the token stays.
 func (c *Client) Renew(ctx context.Context, name, holder string, token uint64, leaseS int) (*Lease, error) {
+	if c.co != nil {
+		l := int64(leaseS)
+		return c.coLease(ctx, wire.BatchOp{Op: "renew", Name: name, Holder: holder, Token: &token, LeaseS: &l})
+	}
 	return c.lease(ctx, name, "renew", wire.RenewRequest{Holder: holder, Token: token, LeaseS: int64(leaseS)})
 }
 
@@ -196,6 +210,11 @@ func (c *Client) leaseVia(ctx context.Context, hc *http.Client, name, action str
 	if err != nil {
 		return nil, err
 	}
+	return decodeLease(sent, action, raw)
+}
+
+// decodeLease reads a grant or renew answer sent at sent.
+func decodeLease(sent time.Time, action string, raw []byte) (*Lease, error) {
 	// remaining_ms may be absent (another server): then the SPEC's lease.
 	var g struct {
 		wire.Grant
@@ -217,6 +236,17 @@ func (c *Client) leaseVia(ctx context.Context, hc *http.Client, name, action str
 
 // Release frees the ticket.
 func (c *Client) Release(ctx context.Context, name, holder string, token uint64) (*wire.Released, error) {
+	if c.co != nil {
+		raw, err := c.co.do(ctx, wire.BatchOp{Op: "release", Name: name, Holder: holder, Token: &token})
+		if err != nil {
+			return nil, err
+		}
+		r := new(wire.Released)
+		if err := json.Unmarshal(raw, r); err != nil {
+			return nil, fmt.Errorf("client: release answer: %w", err)
+		}
+		return r, nil
+	}
 	return call[wire.Released](ctx, c, http.MethodPost, ticketPath(name, "release"), wire.ReleaseRequest{Holder: holder, Token: token}, false)
 }
 
@@ -400,12 +430,17 @@ func (c *Client) doHeader(ctx context.Context, hc *http.Client, method, path str
 	if resp.StatusCode/100 == 2 {
 		return raw, resp.Header, nil
 	}
-	e := &Error{StatusCode: resp.StatusCode}
+	return raw, resp.Header, answerError(resp.StatusCode, raw)
+}
+
+// answerError is the *Error of a non-2xx answer with body raw.
+func answerError(status int, raw []byte) *Error {
+	e := &Error{StatusCode: status}
 	if json.Unmarshal(raw, &e.ErrorBody) != nil || e.ErrorBody.Error == "" {
-		e.ErrorBody.Error = strings.ReplaceAll(strings.ToLower(http.StatusText(resp.StatusCode)), " ", "_")
+		e.ErrorBody.Error = strings.ReplaceAll(strings.ToLower(http.StatusText(status)), " ", "_")
 		e.Message = strings.TrimSpace(string(raw))
 	}
-	return raw, resp.Header, e
+	return e
 }
 
 // Snapshot asks the node to take a Raft snapshot now (admin token).

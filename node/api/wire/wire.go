@@ -1,5 +1,7 @@
 package wire
 
+import "encoding/json"
+
 // GrantRequest is the body of POST /v1/tickets/{name}/grant.
 type GrantRequest struct {
 	Holder string `json:"holder"`
@@ -223,4 +225,38 @@ type AgentStatus struct {
 	LastResult             string `json:"last_result,omitempty"` // "ok" or a SPEC §1.5 reason
 	LastError              string `json:"last_error,omitempty"`
 	LastAtUnixMs           int64  `json:"last_at_unix_ms,omitempty"`
+}
+
+// MaxBatchOps is the most ops one POST /v1/batch may carry.
+const MaxBatchOps = 256
+
+// BatchRequest is the body of POST /v1/batch: grant, renew and release ops
+// that the server runs concurrently, each exactly as its single endpoint.
+type BatchRequest struct {
+	Ops []BatchOp `json:"ops"`
+}
+
+// BatchOp is one op of a batch: the fields of its single endpoint's body
+// plus the op and the ticket name. A grant takes holder and lease_s, a
+// renew holder, token and lease_s, a release holder and token; wait_ms is
+// refused (a blocking grant is a request of its own).
+type BatchOp struct {
+	Op     string  `json:"op"` // "grant", "renew" or "release"
+	Name   string  `json:"name"`
+	Holder string  `json:"holder"`
+	Token  *uint64 `json:"token,omitempty"`
+	LeaseS *int64  `json:"lease_s,omitempty"`
+}
+
+// BatchResponse is the 200 answer to POST /v1/batch: one result per op,
+// in the order of the ops.
+type BatchResponse struct {
+	Results []BatchResult `json:"results"`
+}
+
+// BatchResult is what the op's single endpoint would have answered: its
+// HTTP status and its JSON body (a Grant, a Released or an ErrorBody).
+type BatchResult struct {
+	Status int             `json:"status"`
+	Body   json.RawMessage `json:"body"`
 }

@@ -1,0 +1,165 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+
+	"github.com/tckclk/tckclk/node/api/wire"
+)
+
+// WithCoalescing makes Grant, TryGrant, Renew and Release calls that run
+// concurrently share requests, the way etcd's client shares one gRPC
+// connection: each call is queued and sent with the others queued with it
+// as one POST /v1/batch, at most inFlight batches at a time (2 to 4 is
+// enough; inFlight < 1 means 1). A call never waits for a timer: when a
+// batch slot is free its batch leaves at once, and the next batch takes
+// everything queued meanwhile (up to wire.MaxBatchOps ops).
+//
+// Each call keeps its own semantics: its own answer or error (a 409 held
+// is its own ErrHeld), its own unknown outcome when the batch request
+// fails in flight (a transport error, as for a single request), and its
+// local deadline counted from the moment it was queued, which is no later
+// than the batch's send (SPEC §4). Ending one call's ctx ends only that
+// call: queued and not yet sent, it is dropped and never reaches the
+// server; already sent, the call returns at once with ctx's error and its
+// outcome is unknown (read the ticket), while the batch goes on for the
+// others. GrantWait, Acquire's waits, reads and admin calls are not
+// batched. The server must offer POST /v1/batch (ticketd since issue 16).
+func WithCoalescing(inFlight int) Option {
+	return func(c *Client) { c.coInFlight = max(inFlight, 1) }
+}
+
+// batchBudget bounds a batch's encoded ops below the server's 256 KiB.
+const batchBudget = 192 << 10
+
+// coalescer queues calls and sends them as batches.
+type coalescer struct {
+	c   *Client
+	max int
+
+	mu       sync.Mutex
+	queue    []*queued
+	inFlight int // senders running
+}
+
+// queued is one call waiting for its result.
+type queued struct {
+	op   wire.BatchOp
+	done chan struct{} // closed when status, body and err are set
+	sent bool          // under coalescer.mu: taken into a batch
+
+	status int
+	body   json.RawMessage
+	err    error
+}
+
+// coLease is Grant or Renew through the coalescer.
+func (c *Client) coLease(ctx context.Context, op wire.BatchOp) (*Lease, error) {
+	sent := c.now() // before queueing: no later than the batch's send
+	raw, err := c.co.do(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	return decodeLease(sent, op.Op, raw)
+}
+
+// do queues op, waits for its result and returns the body of a 2xx
+// answer, or the op's error.
+func (q *coalescer) do(ctx context.Context, op wire.BatchOp) (json.RawMessage, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("client: %s %q not sent: %w", op.Op, op.Name, err)
+	}
+	it := &queued{op: op, done: make(chan struct{})}
+	q.mu.Lock()
+	q.queue = append(q.queue, it)
+	start := q.inFlight < q.max
+	if start {
+		q.inFlight++
+	}
+	q.mu.Unlock()
+	if start {
+		go q.run()
+	}
+	select {
+	case <-it.done:
+	case <-ctx.Done():
+		q.mu.Lock()
+		sent := it.sent
+		if !sent {
+			q.queue = slices.DeleteFunc(q.queue, func(x *queued) bool { return x == it })
+		}
+		q.mu.Unlock()
+		if !sent {
+			return nil, fmt.Errorf("client: %s %q not sent: %w", op.Op, op.Name, ctx.Err())
+		}
+		return nil, fmt.Errorf("client: POST /v1/batch: %s %q was sent, its outcome is unknown: %w", op.Op, op.Name, ctx.Err())
+	}
+	if it.err != nil {
+		return nil, it.err
+	}
+	if it.status/100 != 2 {
+		return nil, answerError(it.status, it.body)
+	}
+	return it.body, nil
+}
+
+// run sends batches until the queue is empty.
+func (q *coalescer) run() {
+	for {
+		q.mu.Lock()
+		n, size := 0, 0
+		for n < len(q.queue) && n < wire.MaxBatchOps {
+			size += len(q.queue[n].op.Name) + len(q.queue[n].op.Holder) + 96
+			if n > 0 && size > batchBudget {
+				break
+			}
+			n++
+		}
+		if n == 0 {
+			q.inFlight--
+			q.mu.Unlock()
+			return
+		}
+		batch := q.queue[:n:n]
+		q.queue = slices.Clone(q.queue[n:])
+		for _, it := range batch {
+			it.sent = true
+		}
+		q.mu.Unlock()
+		q.send(batch)
+	}
+}
+
+// send posts one batch and hands each call its result. The request's
+// context is none of the callers' (one caller going away must not cancel
+// the others): the HTTP client's timeout bounds it.
+func (q *coalescer) send(batch []*queued) {
+	req := wire.BatchRequest{Ops: make([]wire.BatchOp, len(batch))}
+	for i, it := range batch {
+		req.Ops[i] = it.op
+	}
+	raw, err := q.c.do(context.Background(), http.MethodPost, "/v1/batch", req, false)
+	var resp wire.BatchResponse
+	if err == nil {
+		if uerr := json.Unmarshal(raw, &resp); uerr != nil {
+			err = fmt.Errorf("client: POST /v1/batch: decoding the answer: %w", uerr)
+		} else if len(resp.Results) != len(batch) {
+			err = fmt.Errorf("client: POST /v1/batch: %d results for %d ops", len(resp.Results), len(batch))
+		}
+	}
+	for i, it := range batch {
+		if e, ok := err.(*Error); ok {
+			ec := *e // each caller its own copy
+			it.err = &ec
+		} else if err != nil {
+			it.err = err
+		} else {
+			it.status, it.body = resp.Results[i].Status, resp.Results[i].Body
+		}
+		close(it.done)
+	}
+}
