@@ -117,7 +117,7 @@ func startDiag(ctx context.Context, o options, s *server, tag string, d *diag) f
 		}
 		return func() error { return fmt.Errorf("raft index: %w", err) }
 	}
-	if o.profile != "" && s.system == "ticketd" {
+	if o.profile != "" && strings.HasPrefix(s.system, "ticketd") {
 		secs := max(1, int(o.duration.Seconds()))
 		addr := s.pprof[s.leader]
 		for _, kind := range []string{"profile", "block", "mutex"} {

@@ -115,11 +115,12 @@ func TestRunTicketdOnly(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Results) != 2 {
-		t.Fatalf("%d results, want 2 (independent, contended)", len(rep.Results))
+	if len(rep.Results) != 4 {
+		t.Fatalf("%d results, want 4 (independent, contended; per-request and coalesced clients)", len(rep.Results))
 	}
-	for _, r := range rep.Results {
-		if r.Target != "ticketd ×1" || r.Result.Cycles == 0 || r.Result.Errors != 0 || len(r.CPU.Procs) != 1 || r.CPU.Total <= 0 {
+	for i, r := range rep.Results {
+		want := []string{"ticketd ×1", "ticketd ×1 coalesced"}[i%2]
+		if r.Target != want || r.Result.Cycles == 0 || r.Result.Errors != 0 || len(r.CPU.Procs) != 1 || r.CPU.Total <= 0 {
 			t.Errorf("result %+v", r)
 		}
 	}
@@ -127,7 +128,7 @@ func TestRunTicketdOnly(t *testing.T) {
 	if _, err := os.Stat(strings.TrimSuffix(out, ".md") + "-throughput.png"); err != nil {
 		t.Errorf("no throughput plot: %v", err)
 	}
-	if !strings.Contains(md, "| independent | 1 | ticketd ×1 |") {
+	if !strings.Contains(md, "| independent | 1 | ticketd ×1 |") || !strings.Contains(md, "| independent | 1 | ticketd ×1 coalesced |") {
 		t.Errorf("report lacks the ticketd row:\n%s", md)
 	}
 }

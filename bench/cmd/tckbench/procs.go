@@ -176,6 +176,8 @@ type server struct {
 	leader     int      // index in procs of the leader
 	pprof      []string // ticketd with -profile: each node's pprof HOST:PORT
 	h2c        bool     // its clients speak h2c (-h2c-compare)
+	coalesce   int      // ticketd: batches in flight of its coalescing client (0: one request per op)
+	dup        bool     // a second client mode on another target's processes (no failover)
 	addrs      []string // every node's endpoint, in procs order
 	adminToken string   // ticketd cluster: for the members list
 	keys       string   // ticketd cluster: its keys and configs
