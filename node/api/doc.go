@@ -11,6 +11,27 @@
 //     so it changes nothing.
 //   - Tokens are compared in constant time and never logged or echoed.
 //
+// POST /v1/batch (issue 16; beside SPEC §4.1) carries up to MaxBatchOps
+// grant, renew and release ops:
+//
+//	POST /v1/batch  {"ops":[{"op":"grant","name":"a","holder":"h","lease_s":30},
+//	                        {"op":"renew","name":"b","holder":"h","token":7,"lease_s":30},
+//	                        {"op":"release","name":"c","holder":"h","token":9}]}
+//	  200 {"results":[{"status":200,"body":{...grant...}},
+//	                  {"status":409,"body":{"error":"wrong_token",...}},
+//	                  {"status":200,"body":{...released...}}]}
+//
+// Each op takes its single endpoint's body fields plus "op" and "name",
+// is validated as that endpoint validates, goes through the same
+// Backend.Write (one Raft entry, its own clock check, forwarded from a
+// follower) and gets in "results", in order, exactly the status and JSON
+// body that endpoint would answer. The ops run concurrently: their order
+// of application is unspecified. A bad op (a field it does not take, a
+// bad value, wait_ms: a blocking grant is a request of its own) is its own
+// 400 and changes nothing; a malformed body, no ops, or more than
+// MaxBatchOps is a 400 for the whole request, a body over MaxBatchBody a
+// 413. Reads are not batched.
+//
 // The handler holds no ticket state: a Backend (the node) proposes writes
 // through Raft and serves linearizable reads.
 package api
