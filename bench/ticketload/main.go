@@ -8,7 +8,10 @@
 //
 //	ticketload -ticketd http://127.0.0.1:7980 -etcd 127.0.0.1:2379 -clients 64 -duration 20s -rounds 2
 //
-// A ticketd cycle is Grant (lease 30 s) + Release over the HTTP API. An
+// A ticketd cycle is Grant (lease 30 s) + Release over the HTTP API; the
+// clients share one coalescing Go client (concurrent ops travel together
+// as POST /v1/batch, -coalesce batches in flight; -coalesce 0: one HTTP
+// request per op). An
 // etcd cycle is what its concurrency package does for a lock: one session
 // lease per client, kept alive, then per cycle Mutex.TryLock (a txn
 // put-if-absent of the key with that lease) + Mutex.Unlock (a delete).
@@ -49,6 +52,8 @@ import (
 	"os"
 	"os/signal"
 	"time"
+
+	"github.com/tckclk/tckclk/bench/internal/load"
 )
 
 func main() {
@@ -71,6 +76,7 @@ type options struct {
 	snapshot      bool
 	adminToken    string
 	handoff       bool
+	coalesce      int
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -92,6 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.awaitReady, "await-ready", false, "only wait for ticketd's /readyz and print how long it took")
 	fs.BoolVar(&o.snapshot, "snapshot", false, "only take a snapshot (needs -admin-token-file) and print it")
 	fs.StringVar(&o.adminToken, "admin-token-file", "", "admin token file (for -snapshot)")
+	fs.IntVar(&o.coalesce, "coalesce", load.DefaultCoalesce, "ticketd: batches in flight of the coalescing client shared by all clients (POST /v1/batch); 0: one HTTP request per op")
 	fs.BoolVar(&o.handoff, "handoff", false, "compare mode on one contended lock: ticketd Acquire vs etcd concurrency.Mutex.Lock")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -108,6 +115,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	case o.clients < 1 || o.rounds < 1 || o.duration <= 0:
 		fmt.Fprintln(stderr, "ticketload: -clients, -rounds and -duration must be positive")
+		return 2
+	case o.coalesce < 0:
+		fmt.Fprintln(stderr, "ticketload: -coalesce must be ≥ 0")
 		return 2
 	}
 	var err error

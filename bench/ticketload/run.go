@@ -24,7 +24,7 @@ func newEtcdFor(ctx context.Context, o options) (*load.Etcd, error) {
 }
 
 func compare(ctx context.Context, o options, out io.Writer) error {
-	td, err := load.NewTicketd(o.ticketd, o.clients, false)
+	td, err := load.NewTicketdWith(o.ticketd, o.clients, load.TicketdOptions{Coalesce: o.coalesce})
 	if err != nil {
 		return err
 	}
@@ -133,7 +133,7 @@ func firstErrOf(rs []load.Result, target string) string {
 
 // fill grants o.fill distinct tickets with lease 250 s.
 func fill(ctx context.Context, o options, out io.Writer) error {
-	td, err := load.NewTicketd(o.ticketd, o.clients, false)
+	td, err := load.NewTicketdWith(o.ticketd, o.clients, load.TicketdOptions{Coalesce: o.coalesce})
 	if err != nil {
 		return err
 	}
