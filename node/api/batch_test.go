@@ -310,3 +310,29 @@ func gauge(t *testing.T, reg *prometheus.Registry, name, result string) float64 
 	}
 	return 0
 }
+
+// POST /v1/batch is a client endpoint: without the client (or admin)
+// token it is a 401 and reaches no Backend method.
+func TestBatchNeedsTheClientToken(t *testing.T) {
+	client, admin := strings.Repeat("c", 32), strings.Repeat("a", 32)
+	b := &scriptBackend{}
+	h := NewHandler(Options{Backend: b, ClientToken: []byte(client), AdminToken: []byte(admin)})
+	body := `{"ops":[{"op":"grant","name":"a","holder":"ok","lease_s":30}]}`
+	for _, c := range []struct {
+		tok  string
+		want int
+	}{{"", 401}, {"wrong", 401}, {client, 200}, {admin, 200}} {
+		r := httptest.NewRequest("POST", "/v1/batch", strings.NewReader(body))
+		if c.tok != "" {
+			r.Header.Set("Authorization", "Bearer "+c.tok)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		if rec.Code != c.want {
+			t.Errorf("token %.1q…: %d, want %d", c.tok, rec.Code, c.want)
+		}
+	}
+	if n := b.count(); n != 2 {
+		t.Fatalf("%d writes, want 2 (only the authorised batches)", n)
+	}
+}
