@@ -52,9 +52,10 @@ func NewTicketd(url string, clients int, h2c bool) (*Ticketd, error) {
 }
 
 // DefaultCoalesce is the batches in flight of the coalescing ticketd
-// client the load tools use by default (issue 16 item 3: it measured
-// ahead of one request per op).
-const DefaultCoalesce = 4
+// client the load tools use by default (issue 16 item 3: coalescing
+// measured ahead of one request per op, and 1–2 in flight ahead of 4–8 at
+// 3 nodes: bench/findings.md).
+const DefaultCoalesce = 2
 
 // TicketdOptions choose how the ticketd clients talk to the server.
 type TicketdOptions struct {
