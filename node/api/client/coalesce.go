@@ -14,10 +14,12 @@ import (
 // WithCoalescing makes Grant, TryGrant, Renew and Release calls that run
 // concurrently share requests, the way etcd's client shares one gRPC
 // connection: each call is queued and sent with the others queued with it
-// as one POST /v1/batch, at most inFlight batches at a time (2 to 4 is
+// as one POST /v1/batch, at most inFlight requests at a time (1 or 2 is
 // enough; inFlight < 1 means 1). A call never waits for a timer: when a
-// batch slot is free its batch leaves at once, and the next batch takes
-// everything queued meanwhile (up to wire.MaxBatchOps ops).
+// slot is free its batch leaves at once, and the next batch takes
+// everything queued meanwhile (up to wire.MaxBatchOps ops). A call that
+// finds a free slot and nothing queued is sent alone to its own endpoint
+// (on its own ctx), so a lone caller pays nothing for coalescing.
 //
 // Each call keeps its own semantics: its own answer or error (a 409 held
 // is its own ErrHeld), its own unknown outcome when the batch request
@@ -73,8 +75,25 @@ func (q *coalescer) do(ctx context.Context, op wire.BatchOp) (json.RawMessage, e
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("client: %s %q not sent: %w", op.Op, op.Name, err)
 	}
-	it := &queued{op: op, done: make(chan struct{})}
 	q.mu.Lock()
+	if q.inFlight < q.max && len(q.queue) == 0 {
+		// Nothing to share this request with: send it alone, as a plain
+		// single request on the caller's ctx (the batch envelope and the
+		// sender's hand-off would only cost). Calls arriving meanwhile
+		// queue behind its slot.
+		q.inFlight++
+		q.mu.Unlock()
+		raw, err := q.single(ctx, op)
+		q.mu.Lock()
+		if len(q.queue) > 0 {
+			go q.run() // the slot passes to a sender
+		} else {
+			q.inFlight--
+		}
+		q.mu.Unlock()
+		return raw, err
+	}
+	it := &queued{op: op, done: make(chan struct{})}
 	q.queue = append(q.queue, it)
 	start := q.inFlight < q.max
 	if start {
@@ -162,4 +181,18 @@ func (q *coalescer) send(batch []*queued) {
 		}
 		close(it.done)
 	}
+}
+
+// single sends op alone to its own endpoint.
+func (q *coalescer) single(ctx context.Context, op wire.BatchOp) (json.RawMessage, error) {
+	var body any
+	switch op.Op {
+	case "grant":
+		body = wire.GrantRequest{Holder: op.Holder, LeaseS: *op.LeaseS}
+	case "renew":
+		body = wire.RenewRequest{Holder: op.Holder, Token: *op.Token, LeaseS: *op.LeaseS}
+	default:
+		body = wire.ReleaseRequest{Holder: op.Holder, Token: *op.Token}
+	}
+	return q.c.do(ctx, http.MethodPost, ticketPath(op.Name, op.Op), body, false)
 }
