@@ -55,11 +55,12 @@ func (c *countingConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// SyscallConn keeps the agent's MSG_PEEK wait for the first byte (a peek
-// consumes nothing, so the count stays exact).
-func (c *countingConn) SyscallConn() (syscall.RawConn, error) {
-	return c.Conn.(syscall.Conn).SyscallConn()
-}
+// countingConn deliberately has no SyscallConn: the agent's socket path
+// reads the first bytes straight from the fd (agent.Server.firstRead),
+// which no wrapper could count, so here every read goes through Read. That
+// path's bound is its buffer (LineReader.ReadOnce reads into the free part
+// of the 257-byte line buffer once; ReadLine reads on only without an LF),
+// tested in protocol and agent.
 
 func (c *countingConn) Close() error {
 	c.closeOnce.Do(func() { close(c.closed) })
