@@ -395,7 +395,7 @@ func (s *snapReader) str(same string) (string, error) {
 	if err := s.full(s.buf[:1]); err != nil {
 		return "", err
 	}
-	b := s.buf[1 : 1+s.buf[0]]
+	b := s.buf[1 : 1+int(s.buf[0])] // int: 1+255 in a byte is 0
 	if err := s.full(b); err != nil {
 		return "", err
 	}
