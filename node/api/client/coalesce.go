@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/tckclk/tckclk/node/api/wire"
 )
@@ -153,15 +154,22 @@ func (q *coalescer) run() {
 	}
 }
 
+// batchTimeout bounds one batch request, whatever the HTTP client's own
+// timeout (WithHTTPClient may bring none): a server that never answers
+// must not hold a sender's slot, and every call queued behind it, forever.
+var batchTimeout = 30 * time.Second
+
 // send posts one batch and hands each call its result. The request's
 // context is none of the callers' (one caller going away must not cancel
-// the others): the HTTP client's timeout bounds it.
+// the others): batchTimeout and the HTTP client's timeout bound it.
 func (q *coalescer) send(batch []*queued) {
 	req := wire.BatchRequest{Ops: make([]wire.BatchOp, len(batch))}
 	for i, it := range batch {
 		req.Ops[i] = it.op
 	}
-	raw, err := q.c.do(context.Background(), http.MethodPost, "/v1/batch", req, false)
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	raw, err := q.c.do(ctx, http.MethodPost, "/v1/batch", req, false)
 	var resp wire.BatchResponse
 	if err == nil {
 		if uerr := json.Unmarshal(raw, &resp); uerr != nil {

@@ -367,3 +367,42 @@ func TestCoalescingDeadlineNotAfterSend(t *testing.T) {
 		}
 	}
 }
+
+// A batch the server never answers is bounded by batchTimeout even when
+// the HTTP client has no timeout (httptest's has none): its calls end
+// with an unknown outcome instead of hanging, and the slot is freed.
+func TestCoalescingBatchTimeout(t *testing.T) {
+	old := batchTimeout
+	batchTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { batchTimeout = old })
+	s := &batchServer{t: t, hold: make(chan struct{}), arrived: make(chan batchSeen, 256)}
+	c := coalescing(t, s, 1)
+	// The first call goes alone on its own ctx and holds the only slot
+	// until that ctx ends; the others queue behind it, then go as a batch.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	errs := make([]error, 4)
+	var wg sync.WaitGroup
+	wg.Go(func() { _, errs[0] = c.Grant(ctx, "a0", "h", 30) })
+	<-s.arrived
+	for i := 1; i < len(errs); i++ {
+		wg.Go(func() { _, errs[i] = c.Grant(context.Background(), fmt.Sprintf("a%d", i), "h", 30) })
+	}
+	waitQueued(t, c, len(errs)-1)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		s.open()
+		t.Fatal("calls in an unanswered batch still waiting after 20 s")
+	}
+	for i, err := range errs[1:] {
+		if err == nil || !retryable(err) || !strings.Contains(err.Error(), "/v1/batch") {
+			t.Errorf("call %d: %v, want a transport error of the batch (outcome unknown)", i+1, err)
+		}
+	}
+	if got := len(s.seen()); got < 2 {
+		t.Errorf("%d requests reached the server, want the lone call and the batch", got)
+	}
+}
