@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"math"
-	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -214,7 +213,7 @@ func (s *Sampler) evalAt(sm *source.Sample, nowNs int64, since time.Duration) vi
 	v.ageMs = protocol.CeilMs(ageNs)
 	// The three terms are summed in ns and rounded up once: ceil(a+b+c)
 	// still bounds a+b+c, up to 2 ms tighter than rounding each term.
-	sum, _ := protocol.AddSat(uint64(sm.Uncertainty), driftNs(s.ppm, ageNs))
+	sum, _ := protocol.AddSat(uint64(sm.Uncertainty), protocol.DriftNs(s.ppm, ageNs))
 	sum, _ = protocol.AddSat(sum, step)
 	v.uMs = protocol.CeilMs(sum)
 	if v.uMs == 0 {
@@ -309,19 +308,4 @@ func (s *Sampler) Sources(now time.Time, selected string) []SourceStatus {
 		out = append(out, ss)
 	}
 	return out
-}
-
-// driftNs is ceil(ppm × elapsed / 10^6): the clock-rate error in ns
-// accumulated over elapsedNs, saturating at the u64 maximum.
-func driftNs(ppm, elapsedNs uint64) uint64 {
-	hi, lo := bits.Mul64(ppm, elapsedNs)
-	const div = 1_000_000
-	if hi >= div {
-		return math.MaxUint64
-	}
-	q, r := bits.Div64(hi, lo, div)
-	if r != 0 && q < math.MaxUint64 {
-		q++
-	}
-	return q
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tckclk/tckclk/agent/source"
+	"github.com/tckclk/tckclk/protocol"
 )
 
 // manualClock is a clock the test advances (no monotonic reading: Sub uses
@@ -259,10 +260,10 @@ func TestSelectRoundsTheSumOnce(t *testing.T) {
 	if v.uMs != 2 {
 		t.Fatalf("got uncertainty %d, want 2 ms", v.uMs)
 	}
-	if got := driftNs(math.MaxUint64, math.MaxUint64); got != math.MaxUint64 {
+	if got := protocol.DriftNs(math.MaxUint64, math.MaxUint64); got != math.MaxUint64 {
 		t.Fatalf("driftNs overflow: %d, want saturation", got)
 	}
-	if got := driftNs(50, 1); got != 1 {
-		t.Fatalf("driftNs(50 ppm, 1 ns) = %d, want 1 (rounded up)", got)
+	if got := protocol.DriftNs(50, 1); got != 1 {
+		t.Fatalf("protocol.DriftNs(50 ppm, 1 ns) = %d, want 1 (rounded up)", got)
 	}
 }

@@ -130,6 +130,22 @@ func DriftMs(ppm, elapsedNs uint64) uint64 {
 	return q
 }
 
+// DriftNs returns ceil(ppm × elapsed / 10^6): the clock-rate error in ns
+// accumulated over elapsedNs, in 128 bits, saturating (the agent's
+// uncertainty sums its terms in ns before rounding them up once).
+func DriftNs(ppm, elapsedNs uint64) uint64 {
+	hi, lo := bits.Mul64(ppm, elapsedNs)
+	const div = 1_000_000
+	if hi >= div {
+		return math.MaxUint64
+	}
+	q, r := bits.Div64(hi, lo, div)
+	if r != 0 && q < math.MaxUint64 {
+		q++
+	}
+	return q
+}
+
 // RunningBound computes SPEC §3.2 at an evaluation instant:
 //
 //	bound(t) = error_bound + |Δwall − Δmono| + ceil_ms(max_drift_ppm × (t − t_sample))
