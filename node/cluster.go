@@ -221,7 +221,7 @@ func (cl *clusterNode) openConsensus(h *clusterHooks) (*consensus.Raft, error) {
 		Dir: n.dir, FSM: n.fsm, LocalID: n.cfg.Cluster.Name, Transport: cl.tr,
 		Timing:            timing,
 		SnapshotThreshold: n.cfg.Cluster.Raft.SnapshotThreshold, SnapshotInterval: n.cfg.Cluster.Raft.SnapshotInterval,
-		TrailingLogs: n.cfg.Cluster.Raft.TrailingLogs, Notify: n.notify, Logger: n.log,
+		TrailingLogs: n.cfg.Cluster.Raft.TrailingLogs, LogStore: n.cfg.Cluster.Raft.LogStore, Notify: n.notify, Logger: n.log,
 		// A Raft goroutine stuck in an RPC to a silent peer would hang the
 		// stop: close the mesh's sessions, which ends every stream it may
 		// wait on. (Pipelining, whose deadlock parks off any stream, is off:

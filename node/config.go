@@ -3,11 +3,13 @@ package node
 import (
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/tckclk/tckclk/internal/config"
 	"github.com/tckclk/tckclk/node/clockhealth"
+	"github.com/tckclk/tckclk/node/consensus"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -91,6 +93,10 @@ type RaftConfig struct {
 	SnapshotThreshold uint64        `yaml:"snapshot_threshold"`
 	SnapshotInterval  time.Duration `yaml:"snapshot_interval"`
 	TrailingLogs      uint64        `yaml:"trailing_logs"`
+	// LogStore is the Raft log store of a new data dir: auto (the store
+	// an existing dir holds, else wal), wal or bolt (node/consensus
+	// logstore.go; docs/data-dir.md).
+	LogStore string `yaml:"log_store"`
 }
 
 // APIConfig is the `api:` section (SPEC §4.1).
@@ -160,6 +166,7 @@ func DefaultConfig() Config {
 				SnapshotThreshold: 8192,
 				SnapshotInterval:  30 * time.Second,
 				TrailingLogs:      10240,
+				LogStore:          consensus.LogStoreAuto,
 			},
 			Liveness: DefaultLivenessConfig(),
 		},
@@ -214,6 +221,9 @@ func (c *Config) Validate() error {
 	}
 	if r.SnapshotInterval < 5*time.Millisecond {
 		return config.Errorf("cluster.raft.snapshot_interval", "%v is below 5ms", r.SnapshotInterval)
+	}
+	if !slices.Contains(consensus.LogStores, r.LogStore) {
+		return config.Errorf("cluster.raft.log_store", "%q is not one of %s", r.LogStore, strings.Join(consensus.LogStores, ", "))
 	}
 	if r.ReconcileDebounce < 0 {
 		return config.Errorf("cluster.raft.reconcile_debounce", "%v is negative", r.ReconcileDebounce)

@@ -17,6 +17,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
+	"github.com/tckclk/tckclk/node/consensus"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 
@@ -87,7 +88,9 @@ func TestCorruptLogEntryStopsNode(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			clk := newManualClock()
-			seeded(t, dir, testConfig(t, dir), Deps{Wall: clk})
+			cfg := testConfig(t, dir)
+			cfg.Cluster.Raft.LogStore = consensus.LogStoreBolt // edited below with raft-boltdb (the WAL's own seal: TestDataDirFaultTable, node/consensus)
+			seeded(t, dir, cfg, Deps{Wall: clk})
 			idx := editLastGrant(t, dir, c.edit)
 			_, err := tryStart(t, testConfig(t, dir), Deps{Wall: clk}, true)
 			var de *DataError

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io/fs"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tckclk/tckclk/node/api/wire"
+	"github.com/tckclk/tckclk/node/consensus"
 	"github.com/tckclk/tckclk/node/datadir"
 )
 
@@ -23,12 +25,13 @@ type faultTemplate struct {
 	want      map[string]wire.Ticket
 }
 
-func buildFaultTemplate(t *testing.T) faultTemplate {
+func buildFaultTemplate(t *testing.T, store string) faultTemplate {
 	t.Helper()
 	root := t.TempDir()
 	ft := faultTemplate{old: filepath.Join(root, "old"), full: filepath.Join(root, "full"), want: map[string]wire.Ticket{}}
 	work := filepath.Join(root, "work")
 	cfg := testConfig(t, work)
+	cfg.Cluster.Raft.LogStore = store
 	cfg.Cluster.Raft.TrailingLogs = 2 // after a snapshot the log holds little: its loss must be seen
 	var n *Node
 	tn := startNode(t, cfg, Deps{Env: noEnv, built: func(x *Node) { n = x }})
@@ -130,13 +133,33 @@ func flipAt(at func(int64) int64) func(t *testing.T, path string) {
 	}
 }
 
+// tailSegment is the newest WAL segment file of a data dir.
+func tailSegment(t *testing.T, d string) string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(d, datadir.WALDir, "*.wal"))
+	if err != nil || len(m) == 0 {
+		t.Fatalf("no WAL segment in %s (%v)", d, err)
+	}
+	return m[len(m)-1] // zero-padded names: the newest last
+}
+
 // Issue 10: every damage of the data dir that could make the node forget an
 // acknowledged write or issue a fencing token twice refuses the start,
 // naming the file; damage that cannot starts with every acknowledged ticket
-// (holder, token, expiry) intact. No case panics.
+// (holder, token, expiry) intact. No case panics. Once per log store: the
+// write-ahead log (a new dir's default) and bolt.
 func TestDataDirFaultTable(t *testing.T) {
-	ft := buildFaultTemplate(t)
+	for _, store := range []string{consensus.LogStoreWAL, consensus.LogStoreBolt} {
+		t.Run(store, func(t *testing.T) { dataDirFaultTable(t, store) })
+	}
+}
+
+func dataDirFaultTable(t *testing.T, store string) {
+	ft := buildFaultTemplate(t, store)
 	db := func(d string) string { return filepath.Join(d, datadir.RaftDBFile) }
+	walDir := func(d string) string { return filepath.Join(d, datadir.WALDir) }
+	walMeta := func(d string) string { return filepath.Join(d, datadir.WALDir, "wal-meta.db") }
+	seg := func(d string) string { return tailSegment(t, d) }
 	state := func(d string) string { return filepath.Join(newestSnapshotDir(t, d), "state.bin") }
 	meta := func(d string) string { return filepath.Join(newestSnapshotDir(t, d), "meta.json") }
 	hwm := func(d string) string { return filepath.Join(d, datadir.HighWaterFile) }
@@ -146,8 +169,18 @@ func TestDataDirFaultTable(t *testing.T) {
 		}
 	}
 	replaceWithOld := func(t *testing.T, p string) {
-		rel, _ := filepath.Rel(filepath.Dir(p), p)
-		b, err := os.ReadFile(filepath.Join(ft.old, rel))
+		dir := p // the damaged copy is …/data: the same path under ft.old
+		for filepath.Base(dir) != "data" {
+			dir = filepath.Dir(dir)
+		}
+		rel, _ := filepath.Rel(dir, p)
+		old := filepath.Join(ft.old, rel)
+		if fi, err := os.Stat(old); err == nil && fi.IsDir() {
+			remove(t, p)
+			copyDir(t, old, p)
+			return
+		}
+		b, err := os.ReadFile(old)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,12 +193,13 @@ func TestDataDirFaultTable(t *testing.T) {
 		intact  = "intact"
 		either  = "refused or intact"
 	)
-	cases := []struct {
+	type faultCase struct {
 		name   string
 		file   func(string) string
 		damage func(*testing.T, string)
 		want   string
-	}{
+	}
+	boltCases := []faultCase{
 		{"raft.db deleted", db, remove, refused},
 		{"raft.db emptied", db, truncateTo(func(int64) int64 { return 0 }), refused},
 		{"raft.db truncated to 4 KiB", db, truncateTo(func(int64) int64 { return 4096 }), refused},
@@ -176,6 +210,40 @@ func TestDataDirFaultTable(t *testing.T) {
 		{"raft.db bit flipped in the meta page", db, flipAt(func(int64) int64 { return 40 }), either},
 		{"raft.db bit flipped in the middle", db, flipAt(func(n int64) int64 { return n / 2 }), either},
 		{"raft.db bit flipped near the end", db, flipAt(func(n int64) int64 { return n - 100 }), either},
+	}
+	walCases := []faultCase{
+		{"wal/ deleted", walDir, remove, refused},
+		{"wal/ replaced by the older copy", walDir, replaceWithOld, refused},
+		{"wal-meta.db deleted", walMeta, remove, refused},
+		{"wal-meta.db emptied", walMeta, truncateTo(func(int64) int64 { return 0 }), refused},
+		{"wal-meta.db truncated to 4 KiB", walMeta, truncateTo(func(int64) int64 { return 4096 }), refused},
+		{"wal-meta.db replaced by the older copy", walMeta, replaceWithOld, refused},
+		{"wal-meta.db bit flipped in the meta page", walMeta, flipAt(func(int64) int64 { return 40 }), either},
+		{"wal-meta.db bit flipped in the middle", walMeta, flipAt(func(n int64) int64 { return n / 2 }), either},
+		{"WAL segment deleted", seg, remove, refused},
+		{"WAL segment emptied", seg, truncateTo(func(int64) int64 { return 0 }), refused},
+		{"WAL segment truncated to 4 KiB", seg, truncateTo(func(int64) int64 { return 4096 }), refused},
+		{"WAL segment truncated by one byte", seg, truncateTo(func(n int64) int64 { return n - 1 }), refused},
+		{"WAL segment replaced by the older copy", seg, replaceWithOld, refused},
+		{"WAL segment bit flipped in its header", seg, flipAt(func(int64) int64 { return 3 }), refused},
+		{"WAL segment bit flipped in its first records", seg, flipAt(func(int64) int64 { return 200 }), either}, // compacted entries: never read again
+		{"WAL segment bit flipped in a live entry", seg, func(t *testing.T, p string) {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			i := bytes.Index(b, []byte("post-s")) // a grant after the snapshot
+			if i < 0 {
+				t.Fatal("no entry of post-s in the segment")
+			}
+			b[i+5] ^= 0x01
+			if err := os.WriteFile(p, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, refused},
+		{"WAL segment bit flipped in its unused end", seg, flipAt(func(n int64) int64 { return n - 100 }), intact},
+	}
+	cases := []faultCase{
 		{"snapshot state deleted", state, remove, refused},
 		{"snapshot state emptied", state, truncateTo(func(int64) int64 { return 0 }), refused},
 		{"snapshot state truncated", state, truncateTo(func(n int64) int64 { return n / 2 }), refused},
@@ -196,13 +264,18 @@ func TestDataDirFaultTable(t *testing.T) {
 		}, refused},
 		{"LOCK deleted", func(d string) string { return filepath.Join(d, datadir.LockFile) }, remove, intact},
 	}
+	if store == consensus.LogStoreWAL {
+		cases = append(walCases, cases...)
+	} else {
+		cases = append(boltCases, cases...)
+	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "data")
 			copyDir(t, ft.full, dir)
 			path := c.file(dir)
 			c.damage(t, path)
-			outcome, detail := startOnDamaged(t, dir, ft.want)
+			outcome, detail := startOnDamaged(t, dir, store, ft.want)
 			t.Logf("%s: %s (%s)", c.name, outcome, detail)
 			switch {
 			case outcome == "panic":
@@ -220,9 +293,11 @@ func TestDataDirFaultTable(t *testing.T) {
 // startOnDamaged starts a node on dir: "refused" with the error, "intact"
 // when it served every ticket of want unchanged, otherwise "served damaged
 // state" with what differed.
-func startOnDamaged(t *testing.T, dir string, want map[string]wire.Ticket) (outcome, detail string) {
+func startOnDamaged(t *testing.T, dir, store string, want map[string]wire.Ticket) (outcome, detail string) {
 	t.Helper()
-	tn, err := tryStart(t, testConfig(t, dir), Deps{Env: noEnv}, true)
+	cfg := testConfig(t, dir)
+	cfg.Cluster.Raft.LogStore = store
+	tn, err := tryStart(t, cfg, Deps{Env: noEnv}, true)
 	if err != nil {
 		var de *DataError
 		if !errors.As(err, &de) && !strings.Contains(err.Error(), dir) {

@@ -313,7 +313,7 @@ func (n *Node) openConsensus(tr raft.Transport) (*consensus.Raft, error) {
 		Bootstrap:         &raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: addr}}},
 		Timing:            consensus.SingleNodeTiming(),
 		SnapshotThreshold: n.cfg.Cluster.Raft.SnapshotThreshold, SnapshotInterval: n.cfg.Cluster.Raft.SnapshotInterval,
-		TrailingLogs: n.cfg.Cluster.Raft.TrailingLogs, Notify: n.notify, Logger: n.log,
+		TrailingLogs: n.cfg.Cluster.Raft.TrailingLogs, LogStore: n.cfg.Cluster.Raft.LogStore, Notify: n.notify, Logger: n.log,
 	})
 }
 
@@ -345,5 +345,9 @@ func (n *Node) fatalError() error {
 	if errors.As(err, &re) {
 		return &datadir.Error{File: "snapshot install into " + n.dir.Path(), Err: err}
 	}
-	return &datadir.Error{File: n.dir.RaftDB(), Err: err}
+	file := n.dir.RaftDB()
+	if c := n.cons.Load(); c != nil {
+		file = c.LogPath()
+	}
+	return &datadir.Error{File: file, Err: err}
 }

@@ -21,8 +21,11 @@ type RecoverOptions struct {
 	NodeID  string // the new NodeId: never used by the old cluster
 	Address string // its Raft address ("" = NodeID: a single node; cluster mode: its mesh address is learnt at start)
 	DeltaMs uint64 // the cluster's Δ; must equal the old state's
-	Now     time.Time
-	Logger  *slog.Logger
+	// LogStore is the new dir's cluster.raft.log_store ("" or auto: the
+	// write-ahead log); the old dir's store is whichever it holds.
+	LogStore string
+	Now      time.Time
+	Logger   *slog.Logger
 }
 
 // RecoverResult says what was recovered.
@@ -94,7 +97,7 @@ func Recover(o RecoverOptions) (RecoverResult, error) {
 		return res, err
 	}
 	defer to.Close()
-	if err := consensus.WriteRecovered(to, fsm, info, o.NodeID, o.Address, o.Logger); err != nil {
+	if err := consensus.WriteRecovered(to, fsm, info, o.NodeID, o.Address, o.LogStore, o.Logger); err != nil {
 		return res, err
 	}
 	res = RecoverResult{Tickets: info.Tickets, LastIndex: info.LastIndex, HoldOffUntil: o.Now.Add(holdOffFor(o.DeltaMs))}

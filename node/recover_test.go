@@ -2,6 +2,9 @@ package node
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +13,7 @@ import (
 	"github.com/tckclk/tckclk/internal/config"
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/api/wire"
+	"github.com/tckclk/tckclk/node/consensus"
 	"github.com/tckclk/tckclk/node/datadir"
 )
 
@@ -18,10 +22,41 @@ import (
 // token and absolute expiry; Grant and Expire are refused until 250 s + Δ
 // after the recovery; then a new grant's fencing token is above every token
 // the old cluster issued.
+// Once from each log store into the other: the old dir's store is read
+// (a WAL from a private copy), never written.
 func TestRecoverKeepsTicketsRaisesTokensHoldsOff(t *testing.T) {
+	for _, c := range []struct{ from, to string }{{consensus.LogStoreWAL, consensus.LogStoreBolt}, {consensus.LogStoreBolt, consensus.LogStoreWAL}} {
+		t.Run(c.from+" to "+c.to, func(t *testing.T) { recoverKeepsTickets(t, c.from, c.to) })
+	}
+}
+
+// treeState lists every file under dir with its size and modification time.
+func treeState(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s %d %s\n", p, fi.Size(), fi.ModTime())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func recoverKeepsTickets(t *testing.T, fromStore, toStore string) {
 	old := filepath.Join(t.TempDir(), "old")
 	clk := newManualClock()
-	tn := startNode(t, testConfig(t, old), Deps{Wall: clk, Env: noEnv})
+	ocfg := testConfig(t, old)
+	ocfg.Cluster.Raft.LogStore = fromStore
+	tn := startNode(t, ocfg, Deps{Wall: clk, Env: noEnv})
 	for _, name := range []string{"a", "b", "c"} {
 		if _, err := tn.c.Grant(bg, name, "h-"+name, 250); err != nil {
 			t.Fatal(err)
@@ -56,9 +91,16 @@ func TestRecoverKeepsTicketsRaisesTokensHoldsOff(t *testing.T) {
 		t.Fatalf("recover with another Δ: %v", err)
 	}
 
-	res, err := Recover(RecoverOptions{From: old, To: fresh, NodeID: "node-2", DeltaMs: 500, Now: clk.Now()})
+	if _, err := os.Stat(filepath.Join(old, map[string]string{consensus.LogStoreWAL: datadir.WALDir, consensus.LogStoreBolt: datadir.RaftDBFile}[fromStore])); err != nil {
+		t.Fatalf("the old dir does not hold a %s log: %v", fromStore, err)
+	}
+	oldState := treeState(t, old)
+	res, err := Recover(RecoverOptions{From: old, To: fresh, NodeID: "node-2", DeltaMs: 500, Now: clk.Now(), LogStore: toStore})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got := treeState(t, old); got != oldState {
+		t.Fatalf("recover changed the old dir:\nbefore\n%s\nafter\n%s", oldState, got)
 	}
 	if res.Tickets != len(before) {
 		t.Fatalf("recovered %d tickets, want %d", res.Tickets, len(before))
@@ -69,6 +111,7 @@ func TestRecoverKeepsTicketsRaisesTokensHoldsOff(t *testing.T) {
 
 	cfg := testConfig(t, fresh)
 	cfg.Cluster.Name = "node-2"
+	cfg.Cluster.Raft.LogStore = toStore // auto would do too; the explicit key must agree with what recover wrote
 	rn, err := tryStart(t, cfg, Deps{Wall: clk, Env: noEnv}, false)
 	if err != nil {
 		t.Fatal(err)

@@ -5,13 +5,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/tckclk/tckclk/internal/config"
 	"github.com/tckclk/tckclk/node"
+	"github.com/tckclk/tckclk/node/consensus"
 )
 
-const recoverUsage = `usage: ticketd recover --from DATA_DIR --node-id NEW --data-dir NEW_DIR [--delta-ms 500] [--address ADDR]
+const recoverUsage = `usage: ticketd recover --from DATA_DIR --node-id NEW --data-dir NEW_DIR [--delta-ms 500] [--address ADDR] [--log-store auto]
 
 Whole-cluster recovery (SPEC §3.4): builds NEW_DIR from the newest state of
 the retired (or single-node clock-failed) DATA_DIR as a one-voter cluster
@@ -26,6 +29,7 @@ cluster.name NEW and cluster.raft.data_dir NEW_DIR; other new NodeIds then join 
   --data-dir DIR   the new data dir (must not exist or be empty)
   --delta-ms N     the cluster's Δ, which must equal the old state's (default 500)
   --address ADDR   the new voter's Raft address (default: the NodeId; cluster mode learns its mesh address)
+  --log-store S    the new dir's Raft log store, as cluster.raft.log_store: auto (= wal), wal or bolt
 
 exit status: 0 recovered, 1 the old state cannot be recovered, 2 bad usage
 `
@@ -39,6 +43,7 @@ func recoverCmd(args []string, stdout, stderr io.Writer) int {
 	to := fs.String("data-dir", "", "")
 	addr := fs.String("address", "", "")
 	delta := fs.String("delta-ms", "500", "")
+	store := fs.String("log-store", consensus.LogStoreAuto, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stderr, recoverUsage)
@@ -56,7 +61,11 @@ func recoverCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ticketd recover: --delta-ms %q: %v\n", *delta, err)
 		return 2
 	}
-	res, err := node.Recover(node.RecoverOptions{From: *from, To: *to, NodeID: *id, Address: *addr, DeltaMs: d})
+	if !slices.Contains(consensus.LogStores, *store) {
+		fmt.Fprintf(stderr, "ticketd recover: --log-store %q: want one of %s\n", *store, strings.Join(consensus.LogStores, ", "))
+		return 2
+	}
+	res, err := node.Recover(node.RecoverOptions{From: *from, To: *to, NodeID: *id, Address: *addr, DeltaMs: d, LogStore: *store})
 	if err != nil {
 		fmt.Fprintf(stderr, "ticketd recover: %v\n", err)
 		var ce *config.Error

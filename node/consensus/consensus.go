@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/tckclk/tckclk/node/datadir"
 	"github.com/tckclk/tckclk/node/ticket"
 )
@@ -62,6 +62,9 @@ type Options struct {
 	// Notify receives leadership changes (raft.Config.NotifyCh).
 	Notify chan bool
 	Logger *slog.Logger
+	// LogStore is cluster.raft.log_store: LogStoreAuto (or ""), LogStoreWAL
+	// or LogStoreBolt (logstore.go).
+	LogStore string
 	// Unblock, if set, is called once when Raft's shutdown has not finished
 	// slowShutdown after Close began: it should close what Raft's
 	// goroutines may be blocked on (cluster mode: the mesh sessions), so
@@ -73,10 +76,10 @@ type Options struct {
 // Raft is an open Raft instance and its stores.
 type Raft struct {
 	r       *raft.Raft
-	store   *raftboltdb.BoltStore
+	store   logStore
 	trans   raft.Transport
 	snaps   *raft.FileSnapshotStore
-	dbPath  string
+	logPath string // raft.db or wal/, as errors name the log
 	ownsTr  bool
 	dir     *datadir.Dir
 	closed  atomic.Bool    // p.r stays set after Close: readers may still hold it (it answers ErrRaftShutdown)
@@ -99,14 +102,24 @@ func Open(o Options) (_ *Raft, err error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	raftLog := &hclogWriter{log: log.With("component", "raft")}
-	p := &Raft{dbPath: o.Dir.RaftDB(), dir: o.Dir, unblock: o.Unblock, log: log}
-	// A data dir that has run before has both raft.db and snapshots/ (the
-	// snapshot store creates it on the first open): raft.db missing beside
-	// it was deleted, and starting would forget every acknowledged write.
-	if o.Dir.Exists(datadir.SnapshotsDir) && !o.Dir.Exists(datadir.RaftDBFile) {
-		return nil, &datadir.Error{File: p.dbPath, Err: errors.New("the Raft log is missing but snapshots/ exists (this data dir has run before): " +
-			"refusing to start (it would forget acknowledged writes and reuse fencing tokens); see docs/data-dir.md")}
+	p := &Raft{dir: o.Dir, unblock: o.Unblock, log: log}
+	// A data dir that has run before has its log (raft.db or wal/) and
+	// snapshots/ (the snapshot store creates it on the first open): the log
+	// missing beside it was deleted, and starting would forget every
+	// acknowledged write.
+	held, err := heldStore(o.Dir)
+	if err != nil {
+		return nil, err
 	}
+	if o.Dir.Exists(datadir.SnapshotsDir) && held == "" {
+		return nil, &datadir.Error{File: o.Dir.Path(), Err: fmt.Errorf("the Raft log (%s or %s/) is missing but snapshots/ exists (this data dir has run before): "+
+			"refusing to start (it would forget acknowledged writes and reuse fencing tokens); see docs/data-dir.md", datadir.RaftDBFile, datadir.WALDir)}
+	}
+	kind, err := chooseStore(o.Dir, o.LogStore)
+	if err != nil {
+		return nil, err
+	}
+	p.logPath = storePath(o.Dir, kind)
 	hwm, err := readHighWater(o.Dir)
 	if err != nil {
 		return nil, err
@@ -129,11 +142,11 @@ func Open(o Options) (_ *Raft, err error) {
 		log.Info("restored snapshot", "id", snap.ID, "index", snap.Index, "tickets", o.FSM.Len(), "delta_ms", o.FSM.Delta(),
 			"size_bytes", snap.Size, "took_ms", time.Since(restoreStart).Milliseconds())
 	}
-	p.store, err = openBolt(p.dbPath)
+	p.store, err = openStore(o.Dir, kind, hclog.New(&hclog.LoggerOptions{Name: "wal", Output: raftLog, Level: hclog.Info}))
 	if err != nil {
 		return nil, err
 	}
-	if err := checkLog(p.dbPath, p.store, snap, hwm, o.RequireVoter); err != nil {
+	if err := checkLog(p.logPath, p.store, snap, hwm, o.RequireVoter); err != nil {
 		return nil, err
 	}
 	p.trans = o.Transport
@@ -147,11 +160,11 @@ func Open(o Options) (_ *Raft, err error) {
 	}
 	existing, err := raft.HasExistingState(p.store, p.store, p.snaps)
 	if err != nil {
-		return nil, &datadir.Error{File: p.dbPath, Err: err}
+		return nil, &datadir.Error{File: p.logPath, Err: err}
 	}
 	if !existing && o.Bootstrap != nil {
 		if err := raft.BootstrapCluster(rc, p.store, p.store, p.snaps, p.trans, *o.Bootstrap); err != nil {
-			return nil, &datadir.Error{File: p.dbPath, Err: fmt.Errorf("bootstrap: %w", err)}
+			return nil, &datadir.Error{File: p.logPath, Err: fmt.Errorf("bootstrap: %w", err)}
 		}
 		log.Info("bootstrapped", "node_id", o.LocalID, "voters", len(o.Bootstrap.Servers), "data_dir", o.Dir.Path())
 	}
@@ -161,7 +174,7 @@ func Open(o Options) (_ *Raft, err error) {
 	}
 	p.r, err = raft.NewRaft(rc, &raftFSM{t: o.FSM}, cache, p.store, p.snaps, p.trans)
 	if err != nil {
-		return nil, &datadir.Error{File: p.dbPath, Err: err}
+		return nil, &datadir.Error{File: p.logPath, Err: err}
 	}
 	if !o.RequireVoter {
 		return p, nil
@@ -219,8 +232,8 @@ func or(a, b time.Duration) time.Duration {
 // Raft returns the underlying instance (status, configuration changes).
 func (p *Raft) Raft() *raft.Raft { return p.r }
 
-// DBPath is raft.db's path (for error messages).
-func (p *Raft) DBPath() string { return p.dbPath }
+// LogPath is the log store's path, raft.db or wal/ (for error messages).
+func (p *Raft) LogPath() string { return p.logPath }
 
 // Servers returns the current configuration.
 func (p *Raft) Servers() ([]raft.Server, error) {

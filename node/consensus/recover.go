@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -35,9 +36,14 @@ type RecoverInfo struct {
 // covered by the hold-off of a recovered node (SPEC §3.4).
 func ReadState(d *datadir.Dir, fsm *ticket.FSM) (RecoverInfo, error) {
 	info := RecoverInfo{OldServers: map[string]bool{}}
-	if !d.Exists(datadir.RaftDBFile) {
-		return info, &datadir.Error{File: d.RaftDB(), Err: errors.New("no Raft log here: not a ticketd data dir")}
+	kind, err := heldStore(d)
+	if err != nil {
+		return info, err
 	}
+	if kind == "" {
+		return info, &datadir.Error{File: d.Path(), Err: fmt.Errorf("no Raft log here (neither %s nor %s/): not a ticketd data dir", datadir.RaftDBFile, datadir.WALDir)}
+	}
+	logPath := storePath(d, kind)
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(d.Path(), retainSnaps, nil)
 	if err != nil {
 		return info, &datadir.Error{File: d.Snapshots(), Err: err}
@@ -52,26 +58,23 @@ func ReadState(d *datadir.Dir, fsm *ticket.FSM) (RecoverInfo, error) {
 			info.OldServers[string(s.ID)] = true
 		}
 	}
-	if err := checkBolt(d.RaftDB()); err != nil {
+	store, err := openReadOnly(d, kind)
+	if err != nil {
 		return info, err
 	}
-	store, err := raftboltdb.New(raftboltdb.Options{Path: d.RaftDB(), BoltOptions: &bbolt.Options{ReadOnly: true, Timeout: 2 * time.Second}})
-	if err != nil {
-		return info, &datadir.Error{File: d.RaftDB(), Err: fmt.Errorf("cannot open the Raft log read-only: %w", err)}
-	}
 	defer store.Close()
-	if err := scanLog(d.RaftDB(), store); err != nil {
+	if err := scanLog(logPath, store); err != nil {
 		return info, err
 	}
 	last, _ := store.LastIndex()
 	first, _ := store.FirstIndex()
 	if first > 1 && (snap == nil || snap.Index+1 < first) {
-		return info, &datadir.Error{File: d.RaftDB(), Err: fmt.Errorf("the log starts at %d and no snapshot covers what is before it", first)}
+		return info, &datadir.Error{File: logPath, Err: fmt.Errorf("the log starts at %d and no snapshot covers what is before it", first)}
 	}
 	for i := max(first, info.LastIndex+1); i <= last && i > 0; i++ {
 		var l raft.Log
 		if err := store.GetLog(i, &l); err != nil {
-			return info, &datadir.Error{File: d.RaftDB(), Err: fmt.Errorf("log entry %d: %w", i, err)}
+			return info, &datadir.Error{File: logPath, Err: fmt.Errorf("log entry %d: %w", i, err)}
 		}
 		switch l.Type {
 		case raft.LogCommand:
@@ -84,10 +87,10 @@ func ReadState(d *datadir.Dir, fsm *ticket.FSM) (RecoverInfo, error) {
 		info.LastIndex, info.LastTerm = l.Index, l.Term
 	}
 	if err := fsm.Fatal(); err != nil {
-		return info, &datadir.Error{File: d.RaftDB(), Err: fmt.Errorf("replaying the old log: %w", err)}
+		return info, &datadir.Error{File: logPath, Err: fmt.Errorf("replaying the old log: %w", err)}
 	}
 	if info.LastIndex == 0 {
-		return info, &datadir.Error{File: d.RaftDB(), Err: errors.New("the old state is empty: nothing to recover")}
+		return info, &datadir.Error{File: logPath, Err: errors.New("the old state is empty: nothing to recover")}
 	}
 	info.Tickets = fsm.Len()
 	return info, nil
@@ -98,9 +101,14 @@ func ReadState(d *datadir.Dir, fsm *ticket.FSM) (RecoverInfo, error) {
 // LastTerm) naming newID (at addr) as the only voter, a no-op entry after
 // it, the stable store at that term and the high-water mark. The node that
 // opens it never bootstraps and leads at once.
-func WriteRecovered(to *datadir.Dir, fsm *ticket.FSM, info RecoverInfo, newID, addr string, log *slog.Logger) error {
+// logStore is its cluster.raft.log_store ("" or auto: the write-ahead log).
+func WriteRecovered(to *datadir.Dir, fsm *ticket.FSM, info RecoverInfo, newID, addr, logStore string, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	kind, err := chooseStore(to, logStore)
+	if err != nil {
+		return err
 	}
 	ents, err := os.ReadDir(to.Path())
 	if err != nil {
@@ -134,9 +142,9 @@ func WriteRecovered(to *datadir.Dir, fsm *ticket.FSM, info RecoverInfo, newID, a
 	if err := sink.Close(); err != nil {
 		return &datadir.Error{File: to.Snapshots(), Err: err}
 	}
-	store, err := raftboltdb.New(raftboltdb.Options{Path: to.RaftDB()})
+	store, err := openStore(to, kind, nil)
 	if err != nil {
-		return &datadir.Error{File: to.RaftDB(), Err: err}
+		return err
 	}
 	defer store.Close()
 	next := &raft.Log{Index: info.LastIndex + 1, Term: info.LastTerm, Type: raft.LogNoop, AppendedAt: time.Now()}
@@ -145,8 +153,73 @@ func WriteRecovered(to *datadir.Dir, fsm *ticket.FSM, info RecoverInfo, newID, a
 		store.SetUint64([]byte("CurrentTerm"), info.LastTerm),
 	} {
 		if step != nil {
-			return &datadir.Error{File: to.RaftDB(), Err: step}
+			return &datadir.Error{File: storePath(to, kind), Err: step}
 		}
 	}
 	return writeHighWater(to, store, info.LastIndex)
+}
+
+// openReadOnly opens d's log of kind without changing d: bolt read-only;
+// the write-ahead log, which has no read-only mode (its open recovers the
+// tail and deletes leftover segments), from a private copy of wal/.
+func openReadOnly(d *datadir.Dir, kind string) (logStore, error) {
+	if kind == LogStoreBolt {
+		if err := checkBolt(d.RaftDB()); err != nil {
+			return nil, err
+		}
+		s, err := raftboltdb.New(raftboltdb.Options{Path: d.RaftDB(), BoltOptions: &bbolt.Options{ReadOnly: true, Timeout: 2 * time.Second}})
+		if err != nil {
+			return nil, &datadir.Error{File: d.RaftDB(), Err: fmt.Errorf("cannot open the Raft log read-only: %w", err)}
+		}
+		return s, nil
+	}
+	if err := checkWAL(d.WAL()); err != nil {
+		return nil, err // on the original: the copy's paths would mislead
+	}
+	tmp, err := os.MkdirTemp("", "ticketd-recover-wal-")
+	if err != nil {
+		return nil, err
+	}
+	if err := copyDir(d.WAL(), tmp); err != nil {
+		os.RemoveAll(tmp)
+		return nil, &datadir.Error{File: d.WAL(), Err: fmt.Errorf("copying the WAL to read it: %w", err)}
+	}
+	w, err := openWAL(tmp, nil)
+	if err != nil {
+		os.RemoveAll(tmp)
+		return nil, &datadir.Error{File: d.WAL(), Err: err}
+	}
+	return &tempStore{logStore: checkedStore{w}, dir: tmp}, nil
+}
+
+// tempStore is a log store opened from a private copy, removed on Close.
+type tempStore struct {
+	logStore
+	dir string
+}
+
+func (t *tempStore) Close() error {
+	err := t.logStore.Close()
+	return errors.Join(err, os.RemoveAll(t.dir))
+}
+
+// copyDir copies the regular files of src into dst.
+func copyDir(src, dst string) error {
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -196,7 +196,7 @@ func readBoltMeta(f *os.File) (boltMeta, error) {
 // scanLog reads every entry of the log once, in this goroutine, so that a
 // damaged page makes bbolt panic here (recovered, naming the file) and not
 // later in one of Raft's goroutines.
-func scanLog(path string, s *raftboltdb.BoltStore) (err error) {
+func scanLog(path string, s logStore) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = &datadir.Error{File: path, Err: fmt.Errorf("damaged Raft log (reading it failed: %v); see docs/data-dir.md", r)}
@@ -236,7 +236,8 @@ func scanLog(path string, s *raftboltdb.BoltStore) (err error) {
 // forget acknowledged writes and issue a fencing token twice (issue 10). A
 // cluster follower's log may legitimately end before a snapshot it
 // installed from the leader; its stable store's term never does.
-func checkLog(path string, s *raftboltdb.BoltStore, snap *raft.SnapshotMeta, hwm highWater, strict bool) error {
+func checkLog(path string, s logStore, snap *raft.SnapshotMeta, hwm highWater, strict bool) error {
+	name := storeLabel(path)
 	last, err := s.LastIndex()
 	if err != nil {
 		return &datadir.Error{File: path, Err: fmt.Errorf("cannot read the Raft log: %w", err)}
@@ -263,23 +264,32 @@ func checkLog(path string, s *raftboltdb.BoltStore, snap *raft.SnapshotMeta, hwm
 	}
 	if pos < hwm.index || term < hwm.term {
 		return &datadir.Error{File: path, Err: fmt.Errorf("the Raft log reaches index %d term %d, before the index %d term %d it had reached at the last clean stop (%s): "+
-			"raft.db is an older copy or was replaced; refusing to start; see docs/data-dir.md", pos, term, hwm.index, hwm.term, datadir.HighWaterFile)}
+			"%s is an older copy or was replaced; refusing to start; see docs/data-dir.md", pos, term, hwm.index, hwm.term, datadir.HighWaterFile, name)}
 	}
 	if snap == nil {
 		return nil
 	}
 	switch {
 	case term < snap.Term:
-		return &datadir.Error{File: path, Err: fmt.Errorf("the Raft stable store is at term %d, before snapshot %s (term %d): raft.db was deleted, emptied or replaced by an older copy; "+
-			"refusing to start (it would forget acknowledged writes and reuse fencing tokens); see docs/data-dir.md", term, snap.ID, snap.Term)}
+		return &datadir.Error{File: path, Err: fmt.Errorf("the Raft stable store is at term %d, before snapshot %s (term %d): %s was deleted, emptied or replaced by an older copy; "+
+			"refusing to start (it would forget acknowledged writes and reuse fencing tokens); see docs/data-dir.md", term, snap.ID, snap.Term, name)}
 	case strict && last == 0:
-		return &datadir.Error{File: path, Err: fmt.Errorf("the Raft log is empty but snapshot %s (index %d) exists: raft.db was deleted or replaced; "+
-			"refusing to start (it would forget acknowledged writes and reuse fencing tokens); see docs/data-dir.md", snap.ID, snap.Index)}
+		return &datadir.Error{File: path, Err: fmt.Errorf("the Raft log is empty but snapshot %s (index %d) exists: %s was deleted or replaced; "+
+			"refusing to start (it would forget acknowledged writes and reuse fencing tokens); see docs/data-dir.md", snap.ID, snap.Index, name)}
 	case strict && last < snap.Index:
-		return &datadir.Error{File: path, Err: fmt.Errorf("the Raft log ends at index %d, before snapshot %s (index %d): raft.db is an older copy; "+
-			"refusing to start; see docs/data-dir.md", last, snap.ID, snap.Index)}
+		return &datadir.Error{File: path, Err: fmt.Errorf("the Raft log ends at index %d, before snapshot %s (index %d): %s is an older copy; "+
+			"refusing to start; see docs/data-dir.md", last, snap.ID, snap.Index, name)}
 	}
 	return nil
+}
+
+// storeLabel is how checkLog's messages name the log at path: raft.db or
+// wal/.
+func storeLabel(path string) string {
+	if filepath.Base(path) == datadir.WALDir {
+		return datadir.WALDir + "/"
+	}
+	return filepath.Base(path)
 }
 
 // highWater is the log position recorded at the last clean stop.
@@ -300,7 +310,7 @@ func readHighWater(d *datadir.Dir) (highWater, error) {
 	return h, nil
 }
 
-func writeHighWater(d *datadir.Dir, s *raftboltdb.BoltStore, snapIndex uint64) error {
+func writeHighWater(d *datadir.Dir, s logStore, snapIndex uint64) error {
 	last, err := s.LastIndex()
 	if err != nil {
 		return err

@@ -10,8 +10,12 @@ import (
 
 // File names under the data dir.
 const (
-	LockFile     = "LOCK"
-	RaftDBFile   = "raft.db"
+	LockFile   = "LOCK"
+	RaftDBFile = "raft.db"
+	// WALDir holds the Raft log and stable store when the log store is
+	// the write-ahead log (cluster.raft.log_store wal, the default for a
+	// new data dir): wal-meta.db and the segment files.
+	WALDir       = "wal"
 	SnapshotsDir = "snapshots"
 	FailedFile   = "clock-failed"
 	RetiredFile  = "retired"
@@ -68,6 +72,9 @@ func (d *Dir) File(name string) string { return filepath.Join(d.path, name) }
 
 // RaftDB is the path of raft.db.
 func (d *Dir) RaftDB() string { return d.File(RaftDBFile) }
+
+// WAL is the path of the write-ahead log's directory.
+func (d *Dir) WAL() string { return d.File(WALDir) }
 
 // Snapshots is the path of the snapshot directory.
 func (d *Dir) Snapshots() string { return d.File(SnapshotsDir) }

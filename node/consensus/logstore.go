@@ -1,0 +1,260 @@
+package consensus
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	wal "github.com/hashicorp/raft-wal"
+	walfs "github.com/hashicorp/raft-wal/fs"
+	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/segment"
+	waltypes "github.com/hashicorp/raft-wal/types"
+	"github.com/tckclk/tckclk/node/datadir"
+	"go.etcd.io/bbolt"
+)
+
+// The log stores (cluster.raft.log_store). A data dir holds exactly one:
+// raft.db (bolt) or wal/ (the write-ahead log).
+const (
+	// LogStoreAuto: the store the data dir already holds; a new data dir
+	// gets the write-ahead log.
+	LogStoreAuto = "auto"
+	// LogStoreWAL is hashicorp/raft-wal: append-only segment files, one
+	// fsync per appended batch. Issue 16 measured it: bolt's two fsyncs
+	// and page writes per batch, on the leader and then on the follower,
+	// were the serial commit round that bounded throughput.
+	LogStoreWAL = "wal"
+	// LogStoreBolt is hashicorp/raft-boltdb/v2 in raft.db (every data dir
+	// before the write-ahead log).
+	LogStoreBolt = "bolt"
+)
+
+// LogStores are the values cluster.raft.log_store takes.
+var LogStores = []string{LogStoreAuto, LogStoreWAL, LogStoreBolt}
+
+// walSegmentSize is each WAL segment's preallocated size. The live log is
+// trailing_logs (10,240) plus snapshot_threshold (8,192) entries of about
+// 150 bytes — a few MB — so 8 MiB segments rotate rarely and keep a data
+// dir's preallocated disk small (raft-wal's default is 64 MiB).
+const walSegmentSize = 8 << 20
+
+// logStore is what Raft needs of a log store, and Close.
+type logStore interface {
+	raft.LogStore
+	raft.StableStore
+	io.Closer
+}
+
+// heldStore says which store d holds: LogStoreBolt, LogStoreWAL or "" for
+// none; both at once is refused (which one holds the acknowledged writes
+// is unknowable).
+func heldStore(d *datadir.Dir) (string, error) {
+	bolt, walDir := d.Exists(datadir.RaftDBFile), d.Exists(datadir.WALDir)
+	switch {
+	case bolt && walDir:
+		return "", &datadir.Error{File: d.Path(), Err: fmt.Errorf("holds both %s and %s/: a data dir has one Raft log; refusing to start (which one holds the acknowledged writes is unknown); see docs/data-dir.md",
+			datadir.RaftDBFile, datadir.WALDir)}
+	case bolt:
+		return LogStoreBolt, nil
+	case walDir:
+		return LogStoreWAL, nil
+	}
+	return "", nil
+}
+
+// chooseStore resolves cluster.raft.log_store against what d holds.
+func chooseStore(d *datadir.Dir, want string) (string, error) {
+	held, err := heldStore(d)
+	if err != nil {
+		return "", err
+	}
+	switch want {
+	case "", LogStoreAuto:
+		if held == "" {
+			return LogStoreWAL, nil
+		}
+		return held, nil
+	case LogStoreWAL, LogStoreBolt:
+		if held != "" && held != want {
+			return "", &datadir.Error{File: d.Path(), Err: fmt.Errorf("cluster.raft.log_store is %s but this data dir holds a %s log (%s): the store of an existing data dir cannot change; "+
+				"set log_store to %s or auto, or replace the node with a fresh data dir; see docs/data-dir.md", want, held, storeName(held), held)}
+		}
+		return want, nil
+	}
+	return "", fmt.Errorf("consensus: log store %q: want one of %v", want, LogStores)
+}
+
+// storeName is the file or directory of a store, as error messages name it.
+func storeName(kind string) string {
+	if kind == LogStoreWAL {
+		return datadir.WALDir + "/"
+	}
+	return datadir.RaftDBFile
+}
+
+// storePath is the path of kind's file or directory in d.
+func storePath(d *datadir.Dir, kind string) string {
+	if kind == LogStoreWAL {
+		return d.WAL()
+	}
+	return d.RaftDB()
+}
+
+// openStore opens (creating when absent) the log store of kind in d and
+// reads every entry once (scanLog) before Raft sees it.
+func openStore(d *datadir.Dir, kind string, log hclog.Logger) (logStore, error) {
+	if kind == LogStoreBolt {
+		s, err := openBolt(d.RaftDB())
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return s, nil
+	}
+	dir := d.WAL()
+	w, err := openWAL(dir, log)
+	if err != nil {
+		return nil, err
+	}
+	s := checkedStore{w}
+	if err := scanLog(dir, s); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// openWAL opens the write-ahead log in dir (created 0700 when absent)
+// after checkWAL, turning a panic of its readers on a damaged file into an
+// error naming the directory.
+func openWAL(dir string, log hclog.Logger) (_ *walStore, err error) {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, &datadir.Error{File: dir, Err: err}
+	}
+	if err := checkWAL(dir); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = &datadir.Error{File: dir, Err: fmt.Errorf("damaged Raft log (the WAL is unreadable: %v); see docs/data-dir.md", r)}
+		}
+	}()
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	meta := &metadb.BoltMetaDB{}
+	w, err := wal.Open(dir, wal.WithSegmentSize(walSegmentSize), wal.WithLogger(log), wal.WithMetaStore(meta))
+	if err != nil {
+		meta.Close()
+		return nil, &datadir.Error{File: dir, Err: fmt.Errorf("cannot open the Raft log: %w; see docs/data-dir.md", err)}
+	}
+	return &walStore{WAL: w, meta: meta}, nil
+}
+
+// walStore closes the meta store too: raft-wal v0.4.0's Close leaves
+// wal-meta.db open, with its lock, so the same process could not open the
+// dir again (a restart in place, the tests).
+type walStore struct {
+	*wal.WAL
+	meta *metadb.BoltMetaDB
+}
+
+func (w *walStore) Close() error { return errors.Join(w.WAL.Close(), w.meta.Close()) }
+
+// checkWAL refuses a WAL directory that raft-wal would open by destroying
+// or silently forgetting data. raft-wal trusts wal-meta.db: with the meta
+// missing it starts an empty log and deletes every segment file, with an
+// older copy of it it deletes the newer segments; a tail segment shorter
+// than the size it was preallocated to was truncated (it would read as a
+// log that ends early). So before it opens: the meta is a sound bolt file
+// whose state parses; every sealed segment it lists exists; the tail, when
+// present, has its full size; and no segment file is newer than the meta
+// knows (ID ≥ its NextSegmentID). Segment files it lists nowhere with an
+// older ID are what a crash between a truncation's meta commit and the
+// file's removal leaves: raft-wal deletes them, as designed.
+func checkWAL(dir string) error {
+	files, err := segment.NewFiler(dir, walfs.New()).List()
+	if err != nil {
+		return &datadir.Error{File: dir, Err: fmt.Errorf("damaged Raft log: unreadable segment file names (%v); see docs/data-dir.md", err)}
+	}
+	metaPath := filepath.Join(dir, metadb.FileName)
+	if _, err := os.Stat(metaPath); errors.Is(err, os.ErrNotExist) {
+		if len(files) == 0 {
+			return nil // new, or a crash before the first meta commit: nothing was ever appended
+		}
+		return &datadir.Error{File: metaPath, Err: fmt.Errorf("missing beside %d WAL segment files: refusing to start (the log's metadata is gone; opening would delete the segments); see docs/data-dir.md", len(files))}
+	}
+	if err := checkBolt(metaPath); err != nil {
+		return err
+	}
+	st, err := readWALState(metaPath)
+	if err != nil {
+		return err
+	}
+	for _, si := range st.Segments {
+		name := segment.FileName(si)
+		fi, err := os.Stat(filepath.Join(dir, name))
+		switch {
+		case errors.Is(err, os.ErrNotExist) && si.SealTime.IsZero():
+			// The tail: created right after its meta commit; a crash
+			// before the file's first fsync leaves it absent, with
+			// nothing acknowledged in it. (Losing it later cannot be told
+			// apart: checkLog's high-water mark catches a clean stop's.)
+		case errors.Is(err, os.ErrNotExist):
+			return &datadir.Error{File: filepath.Join(dir, name), Err: fmt.Errorf("WAL segment (entries from %d) is missing: refusing to start; see docs/data-dir.md", si.BaseIndex)}
+		case err != nil:
+			return &datadir.Error{File: filepath.Join(dir, name), Err: err}
+		case si.SealTime.IsZero() && si.SizeLimit > 0 && fi.Size() < int64(si.SizeLimit):
+			return &datadir.Error{File: filepath.Join(dir, name), Err: fmt.Errorf("damaged Raft log: the WAL tail segment holds %d bytes, less than the %d it was created with (truncated?); see docs/data-dir.md",
+				fi.Size(), si.SizeLimit)}
+		}
+	}
+	var newer []uint64
+	for id := range files {
+		if id >= st.NextSegmentID {
+			newer = append(newer, id)
+		}
+	}
+	if len(newer) > 0 {
+		sort.Slice(newer, func(i, j int) bool { return newer[i] < newer[j] })
+		return &datadir.Error{File: metaPath, Err: fmt.Errorf("older than the WAL's segment files (segment %d exists, the meta's next segment is %d): an older copy of wal-meta.db? refusing to start; see docs/data-dir.md",
+			newer[0], st.NextSegmentID)}
+	}
+	return nil
+}
+
+// readWALState reads raft-wal's persisted state from wal-meta.db without
+// changing the file (bolt read-only).
+func readWALState(metaPath string) (st waltypes.PersistentState, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &datadir.Error{File: metaPath, Err: fmt.Errorf("damaged WAL metadata (unreadable bolt file: %v); see docs/data-dir.md", r)}
+		}
+	}()
+	db, err := bbolt.Open(metaPath, 0o600, &bbolt.Options{ReadOnly: true, Timeout: 2 * time.Second})
+	if err != nil {
+		return st, &datadir.Error{File: metaPath, Err: fmt.Errorf("cannot open the WAL metadata: %w", err)}
+	}
+	defer db.Close()
+	var raw []byte
+	_ = db.View(func(tx *bbolt.Tx) error {
+		if b := tx.Bucket([]byte(metadb.MetaBucket)); b != nil {
+			raw = append([]byte(nil), b.Get([]byte(metadb.MetaKey))...)
+		}
+		return nil
+	})
+	if len(raw) == 0 {
+		return st, nil // created, nothing committed yet
+	}
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return st, &datadir.Error{File: metaPath, Err: fmt.Errorf("damaged WAL metadata (the segment list does not parse: %v); see docs/data-dir.md", err)}
+	}
+	return st, nil
+}
