@@ -31,15 +31,41 @@ const MaxBatchOps = wire.MaxBatchOps
 // MaxBatchOps ops with the longest names and holders.
 const MaxBatchBody = 256 << 10
 
+// The fields of a batch op, as bits of opFields.seen.
+const (
+	fOp uint8 = 1 << iota
+	fName
+	fHolder
+	fToken
+	fLease
+	fWait
+)
+
 // batchOps are the op names a batch takes, and the fields each takes
 // besides "op" and "name".
 var batchOps = map[string]struct {
-	op     ticket.Op
-	fields []string
+	op    ticket.Op
+	takes uint8
 }{
-	"grant":   {ticket.OpGrant, []string{"holder", "lease_s"}},
-	"renew":   {ticket.OpRenew, []string{"holder", "token", "lease_s"}},
-	"release": {ticket.OpRelease, []string{"holder", "token"}},
+	"grant":   {ticket.OpGrant, fHolder | fLease},
+	"renew":   {ticket.OpRenew, fHolder | fToken | fLease},
+	"release": {ticket.OpRelease, fHolder | fToken},
+}
+
+// opChecked are the fields whose presence an op's kind decides, in the
+// order they are checked (and named in the refusal).
+var opChecked = []struct {
+	bit  uint8
+	name string
+}{{fHolder, "holder"}, {fToken, "token"}, {fLease, "lease_s"}}
+
+// opFields is one batch op as read, before it is checked.
+type opFields struct {
+	op     string
+	wr     Write // Name, Holder and Token
+	lease  int64
+	waitMs uint64
+	seen   uint8 // the fields given
 }
 
 // batchResult is one op's answer inside a batch answer: the status and
@@ -55,9 +81,58 @@ type batchAnswer struct {
 
 // DecodeBatch reads a batch body {"ops":[...]} into its ops, each still
 // undecoded JSON; a malformed body (not that object, an empty list, more
-// than MaxBatchOps ops) is an error naming the field. Exported for the
-// fuzz targets.
+// than MaxBatchOps ops) is an error naming the field. The ops are slices
+// of body. Exported for the fuzz targets.
 func DecodeBatch(body []byte) ([]json.RawMessage, error) {
+	ops, err := decodeBatch(body)
+	if err != nil {
+		return nil, err
+	}
+	raws := make([]json.RawMessage, len(ops))
+	for i, op := range ops {
+		raws[i] = op.raw
+	}
+	return raws, nil
+}
+
+// batchOp is one op of a batch body: its JSON and, when the fast scanner
+// read it, its fields.
+type batchOp struct {
+	raw     json.RawMessage
+	f       opFields
+	scanned bool
+}
+
+// decode reads and checks the op as DecodeBatchOp does.
+func (op *batchOp) decode() (string, Write, *Error) {
+	if op.scanned {
+		return op.f.check()
+	}
+	return DecodeBatchOp(op.raw)
+}
+
+// decodeBatch is DecodeBatch: the fast scanner for a body in the shape
+// the Go client sends, DecodeBatchReference for any other.
+func decodeBatch(body []byte) ([]batchOp, error) {
+	if ops, ok := scanBatch(body); ok {
+		return ops, nil
+	}
+	raws, err := DecodeBatchReference(body)
+	if err != nil {
+		return nil, err
+	}
+	ops := make([]batchOp, len(raws))
+	for i, raw := range raws {
+		ops[i].raw = raw
+	}
+	return ops, nil
+}
+
+// DecodeBatchReference is DecodeBatch over encoding/json's Decoder
+// alone: the reading every input had before the fast path, and still the
+// one of every body outside its shape. Exported for the differential fuzz
+// target (FuzzBatchDecoders).
+func DecodeBatchReference(body []byte) ([]json.RawMessage, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, errors.New(`body is empty; want {"ops":[...]}`)
 	}
@@ -125,53 +200,75 @@ func DecodeBatch(body []byte) ([]json.RawMessage, error) {
 // DecodeBatchOp reads one op of a batch and validates it as its single
 // endpoint would (name, holder, token, lease). It returns the op's name
 // ("grant", "renew", "release"; "" when the op field is unusable) and the
-// Write, or a 400 naming the field. Exported for the fuzz targets.
+// Write, or a 400 naming the field. An op in the shape the Go client sends
+// is read by a scanner of its own; any other by DecodeBatchOpReference,
+// so every refusal's text is that reading's. Exported for the fuzz
+// targets.
 func DecodeBatchOp(raw []byte) (string, Write, *Error) {
-	var (
-		opName string
-		wr     Write
-		lease  int64
-		waitMs uint64
-	)
-	seen, err := decodeSeen(raw, []fieldSpec{
-		{name: "op", kind: kString, required: true, str: &opName},
-		{name: "name", kind: kString, required: true, str: &wr.Name},
-		{name: "holder", kind: kString, str: &wr.Holder},
-		{name: "token", kind: kUint, u64: &wr.Token},
-		{name: "lease_s", kind: kInt, i64: &lease},
-		{name: "wait_ms", kind: kUint, u64: &waitMs},
-	})
-	given := opName
-	op, known := batchOps[opName]
-	if !known {
-		opName = ""
+	if f, ok := scanOpExact(raw); ok {
+		return f.check()
 	}
+	return DecodeBatchOpReference(raw)
+}
+
+// DecodeBatchOpReference is DecodeBatchOp over the strict decoder
+// (decodeSeen) alone: the reading every op had before the fast scanner,
+// and still the one of every op outside its shape. Exported for the
+// differential fuzz target (FuzzBatchDecoders).
+func DecodeBatchOpReference(raw []byte) (string, Write, *Error) {
+	var f opFields
+	seen, err := decodeSeen(raw, []fieldSpec{
+		{name: "op", kind: kString, required: true, str: &f.op},
+		{name: "name", kind: kString, required: true, str: &f.wr.Name},
+		{name: "holder", kind: kString, str: &f.wr.Holder},
+		{name: "token", kind: kUint, u64: &f.wr.Token},
+		{name: "lease_s", kind: kInt, i64: &f.lease},
+		{name: "wait_ms", kind: kUint, u64: &f.waitMs},
+	})
 	if err != nil {
+		opName := f.op
+		if _, known := batchOps[opName]; !known {
+			opName = ""
+		}
 		return opName, Write{}, badRequest("%v", strings.Replace(err.Error(), "this request takes", "a batch op takes", 1))
 	}
-	if !known {
-		return "", Write{}, badRequest("field \"op\": %q is not grant, renew or release", given)
+	for _, c := range opChecked {
+		if seen[c.name] {
+			f.seen |= c.bit
+		}
 	}
 	if seen["wait_ms"] {
+		f.seen |= fWait
+	}
+	return f.check()
+}
+
+// check validates a read op (its kind, the fields that kind takes, the
+// name, then checkWrite).
+func (f *opFields) check() (string, Write, *Error) {
+	op, known := batchOps[f.op]
+	if !known {
+		return "", Write{}, badRequest("field \"op\": %q is not grant, renew or release", f.op)
+	}
+	opName := f.op
+	if f.seen&fWait != 0 {
 		return opName, Write{}, badRequest("field \"wait_ms\": not allowed in a batch; a blocking grant is a request of its own")
 	}
-	for _, f := range []string{"holder", "token", "lease_s"} {
-		takes := false
-		for _, g := range op.fields {
-			takes = takes || g == f
-		}
+	for _, c := range opChecked {
+		given, takes := f.seen&c.bit != 0, op.takes&c.bit != 0
 		switch {
-		case seen[f] && !takes:
-			return opName, Write{}, badRequest("field %q: a %s takes no %s", f, opName, f)
-		case !seen[f] && takes:
-			return opName, Write{}, badRequest("field %q is required", f)
+		case given && !takes:
+			return opName, Write{}, badRequest("field %q: a %s takes no %s", c.name, opName, c.name)
+		case !given && takes:
+			return opName, Write{}, badRequest("field %q is required", c.name)
 		}
 	}
+	wr := f.wr
 	if err := ticket.ValidName(wr.Name); err != nil {
 		return opName, Write{}, badRequest("ticket %v", err)
 	}
 	wr.Op = op.op
-	wr, berr := checkWrite(wr, lease)
+	wr, berr := checkWrite(wr, f.lease)
 	return opName, wr, berr
 }
 
@@ -181,16 +278,16 @@ func (s *server) batch(w http.ResponseWriter, r *http.Request, body []byte) stri
 	if err := noQuery(r); err != nil {
 		return s.fail(w, err)
 	}
-	raws, err := DecodeBatch(body)
+	ops, err := decodeBatch(body)
 	if err != nil {
 		return s.fail(w, badRequest("%v", err))
 	}
-	s.m.BatchOps(len(raws))
-	answers := make([]answer, len(raws))
+	s.m.BatchOps(len(ops))
+	answers := make([]answer, len(ops))
 	var wg sync.WaitGroup
-	for i, raw := range raws {
+	for i := range ops {
 		start := time.Now()
-		op, wr, berr := DecodeBatchOp(raw)
+		op, wr, berr := ops[i].decode()
 		if berr != nil {
 			answers[i] = s.errAnswer(berr)
 			if op != "" {
