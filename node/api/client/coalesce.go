@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -31,7 +32,16 @@ import (
 // server; already sent, the call returns at once with ctx's error and its
 // outcome is unknown (read the ticket), while the batch goes on for the
 // others. GrantWait, Acquire's waits, reads and admin calls are not
-// batched. The server must offer POST /v1/batch (ticketd since issue 16).
+// batched.
+//
+// POST /v1/batch is ticketd's since issue 16. A server without it (an
+// older ticketd) answers the batch request itself 404 or 405: then
+// nothing of the batch was applied, so each of its calls is sent again
+// alone, and for noBatchRetry (a minute) every call goes alone on its own
+// ctx, unqueued, as without coalescing; the first batch after that asks
+// again (an upgraded server is used again). Nothing else on a batch
+// request, an error status or a lost answer, sends an op twice; nor does
+// an op's own 404 inside a batch's results.
 func WithCoalescing(inFlight int) Option {
 	return func(c *Client) { c.coInFlight = max(inFlight, 1) }
 }
@@ -46,8 +56,17 @@ type coalescer struct {
 
 	mu       sync.Mutex
 	queue    []*queued
-	inFlight int // senders running
+	inFlight int       // senders running
+	noBatch  time.Time // until then every call goes alone (see WithCoalescing)
 }
+
+// noBatchRetry is how long calls go alone after the server answered a
+// batch request 404 or 405.
+const noBatchRetry = time.Minute
+
+// errNoBatch is the result of the calls of a batch the server answered
+// 404 or 405: nothing of it was applied, and each call is sent alone.
+var errNoBatch = errors.New("client: the server has no POST /v1/batch")
 
 // queued is one call waiting for its result.
 type queued struct {
@@ -77,6 +96,10 @@ func (q *coalescer) do(ctx context.Context, op wire.BatchOp) (json.RawMessage, e
 		return nil, fmt.Errorf("client: %s %q not sent: %w", op.Op, op.Name, err)
 	}
 	q.mu.Lock()
+	if q.c.now().Before(q.noBatch) {
+		q.mu.Unlock()
+		return q.single(ctx, op)
+	}
 	if q.inFlight < q.max && len(q.queue) == 0 {
 		// Nothing to share this request with: send it alone, as a plain
 		// single request on the caller's ctx (the batch envelope and the
@@ -118,6 +141,9 @@ func (q *coalescer) do(ctx context.Context, op wire.BatchOp) (json.RawMessage, e
 		}
 		return nil, fmt.Errorf("client: POST /v1/batch: %s %q was sent, its outcome is unknown: %w", op.Op, op.Name, ctx.Err())
 	}
+	if it.err == errNoBatch {
+		return q.single(ctx, op) // nothing of the batch was applied
+	}
 	if it.err != nil {
 		return nil, it.err
 	}
@@ -131,6 +157,18 @@ func (q *coalescer) do(ctx context.Context, op wire.BatchOp) (json.RawMessage, e
 func (q *coalescer) run() {
 	for {
 		q.mu.Lock()
+		if q.c.now().Before(q.noBatch) {
+			// The server has no batch route: the calls queued meanwhile
+			// go alone, none of them sent yet.
+			for _, it := range q.queue {
+				it.err = errNoBatch
+				close(it.done)
+			}
+			q.queue = nil
+			q.inFlight--
+			q.mu.Unlock()
+			return
+		}
 		n, size := 0, 0
 		for n < len(q.queue) && n < wire.MaxBatchOps {
 			size += len(q.queue[n].op.Name) + len(q.queue[n].op.Holder) + 96
@@ -170,6 +208,14 @@ func (q *coalescer) send(batch []*queued) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
 	raw, err := q.c.do(ctx, http.MethodPost, "/v1/batch", req, false)
+	if e, ok := err.(*Error); ok && (e.StatusCode == http.StatusNotFound || e.StatusCode == http.StatusMethodNotAllowed) {
+		// The answer to the batch request itself (an op's own 404 is a
+		// result inside a 200): the server has no such route.
+		q.mu.Lock()
+		q.noBatch = q.c.now().Add(noBatchRetry)
+		q.mu.Unlock()
+		err = errNoBatch
+	}
 	var resp wire.BatchResponse
 	if err == nil {
 		if uerr := json.Unmarshal(raw, &resp); uerr != nil {
