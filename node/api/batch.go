@@ -81,8 +81,8 @@ type batchAnswer struct {
 
 // DecodeBatch reads a batch body {"ops":[...]} into its ops, each still
 // undecoded JSON; a malformed body (not that object, an empty list, more
-// than MaxBatchOps ops) is an error naming the field. The ops are slices
-// of body. Exported for the fuzz targets.
+// than MaxBatchOps ops) is an error naming the field. The ops may share
+// body's memory. Exported for the fuzz targets.
 func DecodeBatch(body []byte) ([]json.RawMessage, error) {
 	ops, err := decodeBatch(body)
 	if err != nil {

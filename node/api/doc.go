@@ -30,7 +30,11 @@
 // bad value, wait_ms: a blocking grant is a request of its own) is its own
 // 400 and changes nothing; a malformed body, no ops, or more than
 // MaxBatchOps is a 400 for the whole request, a body over MaxBatchBody a
-// 413. Reads are not batched.
+// 413. Reads are not batched. A body in the shape the Go client writes
+// (flat ops of plain strings and canonical integers) is read by a one-pass
+// scanner (batchscan.go); at the first byte outside it, encoding/json
+// reads the body again, so every refusal keeps its wording
+// (FuzzBatchDecoders holds the two readings to the same answers).
 //
 // The handler holds no ticket state: a Backend (the node) proposes writes
 // through Raft and serves linearizable reads.
