@@ -22,23 +22,24 @@ import (
 // a 200 when batch is 0; otherwise the batch request itself gets status
 // batch with the error body ticketd writes for it (404: the usual answer
 // of a ticketd from before the route). While a gate is set, single
-// requests wait for it (batch requests never do).
+// requests wait for it; while batchGate is, batch requests do.
 type versionServer struct {
 	t       *testing.T
 	batch   int
-	arrived chan string // each single op's name as it arrives
+	arrived chan string // each single op's name as it arrives, "/v1/batch" for a batch
 
-	mu      sync.Mutex
-	gate    chan struct{}
-	batches int            // batch requests received
-	got     map[string]int // how often each op (by name) reached the server
+	mu        sync.Mutex
+	gate      chan struct{}
+	batchGate chan struct{}
+	batches   int            // batch requests received
+	got       map[string]int // how often each op (by name) reached the server
 }
 
 func newVersionServer(t *testing.T, batch int) (*versionServer, *Client, *atomic.Int64) {
 	s := &versionServer{t: t, batch: batch, arrived: make(chan string, 4096), got: map[string]int{}}
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
-	t.Cleanup(func() { s.hold(false) })
+	t.Cleanup(func() { s.hold(false); s.holdBatches(false) })
 	skew := new(atomic.Int64)
 	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
 	c, err := New(srv.URL, WithHTTPClient(srv.Client()), WithCoalescing(1), WithClock(now))
@@ -49,15 +50,20 @@ func newVersionServer(t *testing.T, batch int) (*versionServer, *Client, *atomic
 }
 
 // hold sets (true) or opens (false) the gate of single requests.
-func (s *versionServer) hold(on bool) {
+func (s *versionServer) hold(on bool) { s.setGate(&s.gate, on) }
+
+// holdBatches is hold for batch requests.
+func (s *versionServer) holdBatches(on bool) { s.setGate(&s.batchGate, on) }
+
+func (s *versionServer) setGate(g *chan struct{}, on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.gate != nil {
-		close(s.gate)
-		s.gate = nil
+	if *g != nil {
+		close(*g)
+		*g = nil
 	}
 	if on {
-		s.gate = make(chan struct{})
+		*g = make(chan struct{})
 	}
 }
 
@@ -102,7 +108,12 @@ func (s *versionServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				s.got[op.Name]++
 			}
 		}
+		gate := s.batchGate
 		s.mu.Unlock()
+		s.arrived <- r.URL.Path
+		if gate != nil {
+			<-gate
+		}
 		switch s.batch {
 		case 0:
 			var resp wire.BatchResponse
@@ -297,5 +308,44 @@ func TestCoalescingNeverResendsAnAnsweredBatch(t *testing.T) {
 	}
 	if b, _ := s.counts(); b != 2 {
 		t.Fatalf("%d batch requests, want 2", b)
+	}
+}
+
+// Calls that queue while the refused batch is in flight are not sent as
+// another batch: they go alone as soon as the refusal is in.
+func TestCoalescingFallbackDrainsTheQueue(t *testing.T) {
+	s, c, _ := newVersionServer(t, 404)
+	s.holdBatches(true)
+	s.hold(true)
+	call := func(name string, wg *sync.WaitGroup) {
+		wg.Go(func() {
+			if _, err := c.Grant(context.Background(), name, "h", 30); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		})
+	}
+	var wg sync.WaitGroup
+	call("a-first", &wg)
+	if got := <-s.arrived; got != "a-first" {
+		t.Fatalf("%s arrived first, want the lone call", got)
+	}
+	for i := range 3 {
+		call(fmt.Sprintf("a%d", i), &wg)
+	}
+	waitQueued(t, c, 3)
+	s.hold(false)
+	if got := <-s.arrived; got != "/v1/batch" {
+		t.Fatalf("%s arrived, want the batch", got)
+	}
+	for i := range 2 {
+		call(fmt.Sprintf("b%d", i), &wg)
+	}
+	waitQueued(t, c, 2) // behind the batch in flight
+	s.holdBatches(false)
+	wg.Wait()
+	onceEach(t, s, "a", 3)
+	_, got := s.counts()
+	if b, _ := s.counts(); b != 1 || got["b0"] != 1 || got["b1"] != 1 {
+		t.Fatalf("%d batch requests, ops seen %v; want 1 batch, and b0, b1 sent alone once", b, got)
 	}
 }
