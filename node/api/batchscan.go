@@ -18,8 +18,12 @@ import "bytes"
 // scanBatch reads a whole batch body {"ops":[op,...]} of 1..=MaxBatchOps
 // ops in the fast shape; ok is false for any other body.
 func scanBatch(body []byte) (ops []batchOp, ok bool) {
-	i := skipWS(body, 0)
-	for _, c := range []byte(`{"ops"`) {
+	i := expect(body, skipWS(body, 0), '{')
+	if i < 0 {
+		return nil, false
+	}
+	i = skipWS(body, i)
+	for _, c := range []byte(`"ops"`) {
 		if i >= len(body) || body[i] != c {
 			return nil, false
 		}

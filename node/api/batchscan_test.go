@@ -36,24 +36,41 @@ func clientBatch(n int) []byte {
 // is the reference's reading.
 func TestScanReadsTheClientShape(t *testing.T) {
 	for _, n := range []int{1, 2, 64, MaxBatchOps} {
-		body := clientBatch(n)
-		ops, ok := scanBatch(body)
-		if !ok || len(ops) != n {
-			t.Fatalf("a client batch of %d ops: scanned %v, %d ops; want the fast path", n, ok, len(ops))
+		fastAsReference(t, clientBatch(n), n)
+	}
+}
+
+// JSON whitespace between tokens (an indented body) stays on the fast
+// path, and reads as the reference reads it.
+func TestScanTakesWhitespace(t *testing.T) {
+	var req wire.BatchRequest
+	if err := json.Unmarshal(clientBatch(8), &req); err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.MarshalIndent(req, " \r", "\t ")
+	fastAsReference(t, body, 8)
+}
+
+// fastAsReference checks that body of n ops takes the fast path, and that
+// its ops, alone or read inside the body, are the reference's.
+func fastAsReference(t *testing.T, body []byte, n int) {
+	t.Helper()
+	ops, ok := scanBatch(body)
+	if !ok || len(ops) != n {
+		t.Fatalf("a batch of %d ops: scanned %v, %d ops; want the fast path", n, ok, len(ops))
+	}
+	ref, err := DecodeBatchReference(body)
+	if err != nil || len(ref) != n {
+		t.Fatalf("the reference: %d ops, %v", len(ref), err)
+	}
+	for i := range ops {
+		if string(ops[i].raw) != string(ref[i]) {
+			t.Fatalf("op %d is %q, the reference's %q", i, ops[i].raw, ref[i])
 		}
-		ref, err := DecodeBatchReference(body)
-		if err != nil || len(ref) != n {
-			t.Fatalf("the reference: %d ops, %v", len(ref), err)
+		if _, ok := scanOpExact(ref[i]); !ok {
+			t.Fatalf("op %s alone: not the fast shape", ref[i])
 		}
-		for i := range ops {
-			if string(ops[i].raw) != string(ref[i]) {
-				t.Fatalf("op %d is %s, the reference's %s", i, ops[i].raw, ref[i])
-			}
-			if _, ok := scanOpExact(ref[i]); !ok {
-				t.Fatalf("op %s alone: not the fast shape", ref[i])
-			}
-			sameOp(t, ref[i], ops[i].f.check)
-		}
+		sameOp(t, ref[i], ops[i].f.check)
 	}
 }
 
@@ -100,7 +117,7 @@ func TestScanGivesUpOutsideItsShape(t *testing.T) {
 	}
 	for _, body := range []string{
 		`{"ops":[` + good + `],"ops":[` + good + `]}`, `{"ops":[` + good + `]} {}`, `{"ops":[` + good + `],}`,
-		`{"ops":[]}`, `{"ops":[` + good + `,]}`, `{ "ops":[` + good + `]}`, `{"op\u0073":[` + good + `]}`,
+		`{"ops":[]}`, `{"ops":[` + good + `,]}`, `{"op\u0073":[` + good + `]}`, `{"opsx":[` + good + `]}`,
 		`{"ops":[` + strings.TrimSuffix(strings.Repeat(good+",", MaxBatchOps+1), ",") + `]}`,
 	} {
 		if _, ok := scanBatch([]byte(body)); ok {
