@@ -56,8 +56,9 @@ func WithToken(tok string) Option { return func(c *Client) { c.token = tok } }
 // WithAdminToken sends the admin bearer token on /v1/cluster/... calls.
 func WithAdminToken(tok string) Option { return func(c *Client) { c.admin = tok } }
 
-// WithClock replaces time.Now for send times (tests). The returned times
-// should carry a monotonic reading, as time.Now's do.
+// WithClock replaces time.Now for send times and for how long a coalescing
+// client sends calls alone after a server without POST /v1/batch (tests).
+// The returned times should carry a monotonic reading, as time.Now's do.
 func WithClock(now func() time.Time) Option { return func(c *Client) { c.now = now } }
 
 // New returns a client for addr ("http://host:port", "https://host:port"
