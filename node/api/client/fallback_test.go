@@ -103,7 +103,8 @@ func (s *versionServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.mu.Lock()
 		s.batches++
-		if s.batch == 0 {
+		batch := s.batch
+		if batch == 0 {
 			for _, op := range req.Ops {
 				s.got[op.Name]++
 			}
@@ -114,7 +115,7 @@ func (s *versionServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if gate != nil {
 			<-gate
 		}
-		switch s.batch {
+		switch batch {
 		case 0:
 			var resp wire.BatchResponse
 			for _, op := range req.Ops {
@@ -129,7 +130,7 @@ func (s *versionServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", "GET")
 			reply(405, wire.ErrorBody{Error: "method_not_allowed", Message: "/v1/batch takes GET, not POST"})
 		default:
-			reply(s.batch, wire.ErrorBody{Error: "unavailable", Message: "m"})
+			reply(batch, wire.ErrorBody{Error: "unavailable", Message: "m"})
 		}
 		return
 	}
@@ -170,6 +171,7 @@ func (s *versionServer) drain() {
 // It returns each call's error (the first's is checked here).
 func batchOf(t *testing.T, s *versionServer, c *Client, prefix string, holders ...string) []error {
 	t.Helper()
+	waitIdle(t, c) // the last batch's sender has handed back its slot
 	s.drain()
 	s.hold(true)
 	first := make(chan error, 1)
@@ -189,6 +191,25 @@ func batchOf(t *testing.T, s *versionServer, c *Client, prefix string, holders .
 		t.Fatalf("the lone call: %v", err)
 	}
 	return errs
+}
+
+// waitIdle waits until no sender of c's runs: a call made now is sent
+// alone (its callers may return before the sender frees its slot).
+func waitIdle(t *testing.T, c *Client) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c.co.mu.Lock()
+		n := c.co.inFlight
+		c.co.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d senders still running", n)
+		}
+		time.Sleep(time.Millisecond) // poll with a deadline
+	}
 }
 
 // onceEach checks that every op of prefix (the lone one and n others)
@@ -294,7 +315,9 @@ func TestCoalescingNeverResendsAnAnsweredBatch(t *testing.T) {
 	if !errors.Is(errs[1], ErrNotFound) || errs[0] != nil || errs[2] != nil {
 		t.Fatalf("errors %v, want the second call's own 404 only", errs)
 	}
+	s.mu.Lock()
 	s.batch = 503
+	s.mu.Unlock()
 	errs = batchOf(t, s, c, "b", "h", "h")
 	for i, err := range errs {
 		var e *Error
