@@ -118,24 +118,20 @@ func ErrorBound(s Sample) (bound, rttMs, offsetMs uint64, ok bool) {
 // over elapsedNs at ppm parts per million, in 128 bits, saturating.
 func DriftMs(ppm, elapsedNs uint64) uint64 {
 	// ppm × ns / 10^6 = drift in ns; ceil to ms => ceil(ppm×ns / 10^12)
-	hi, lo := bits.Mul64(ppm, elapsedNs)
-	const div = 1_000_000_000_000
-	if hi >= div {
-		return math.MaxUint64
-	}
-	q, r := bits.Div64(hi, lo, div)
-	if r != 0 && q < math.MaxUint64 {
-		q++
-	}
-	return q
+	return mulDivCeil(ppm, elapsedNs, 1_000_000_000_000)
 }
 
 // DriftNs returns ceil(ppm × elapsed / 10^6): the clock-rate error in ns
 // accumulated over elapsedNs, in 128 bits, saturating (the agent's
 // uncertainty sums its terms in ns before rounding them up once).
 func DriftNs(ppm, elapsedNs uint64) uint64 {
-	hi, lo := bits.Mul64(ppm, elapsedNs)
-	const div = 1_000_000
+	return mulDivCeil(ppm, elapsedNs, 1_000_000)
+}
+
+// mulDivCeil is ceil(a × b / div) over the 128-bit product, saturating at
+// MaxUint64.
+func mulDivCeil(a, b, div uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
 	if hi >= div {
 		return math.MaxUint64
 	}

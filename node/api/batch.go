@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -179,14 +178,8 @@ func DecodeBatchReference(body []byte) ([]json.RawMessage, error) {
 			return nil, fmt.Errorf("field \"ops\": not JSON: %v", err)
 		}
 	}
-	if _, err := dec.Token(); err != nil { // the closing brace
-		return nil, fmt.Errorf("body is not JSON: %v", err)
-	}
-	if tok, err := dec.Token(); err != io.EOF {
-		if err != nil {
-			return nil, fmt.Errorf("data after the JSON object: %v", err)
-		}
-		return nil, fmt.Errorf("data after the JSON object: %s", describe(tok))
+	if err := closeObject(dec); err != nil {
+		return nil, err
 	}
 	if !seen {
 		return nil, errors.New(`field "ops" is required`)

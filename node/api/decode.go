@@ -82,14 +82,8 @@ func decodeSeen(body []byte, fields []fieldSpec) (map[string]bool, error) {
 			return nil, fmt.Errorf("field %q: %v", key, err)
 		}
 	}
-	if _, err := dec.Token(); err != nil { // the closing brace
-		return nil, fmt.Errorf("body is not JSON: %v", err)
-	}
-	if tok, err := dec.Token(); err != io.EOF {
-		if err != nil {
-			return nil, fmt.Errorf("data after the JSON object: %v", err)
-		}
-		return nil, fmt.Errorf("data after the JSON object: %s", describe(tok))
+	if err := closeObject(dec); err != nil {
+		return nil, err
 	}
 	for _, f := range fields {
 		if f.required && !seen[f.name] {
@@ -170,4 +164,18 @@ func names(fields []fieldSpec) string {
 		b.WriteString(strconv.Quote(f.name))
 	}
 	return b.String()
+}
+
+// closeObject reads a body's closing brace and requires nothing after it.
+func closeObject(dec *json.Decoder) error {
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return fmt.Errorf("body is not JSON: %v", err)
+	}
+	if tok, err := dec.Token(); err != io.EOF {
+		if err != nil {
+			return fmt.Errorf("data after the JSON object: %v", err)
+		}
+		return fmt.Errorf("data after the JSON object: %s", describe(tok))
+	}
+	return nil
 }
