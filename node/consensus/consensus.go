@@ -115,7 +115,7 @@ func Open(o Options) (_ *Raft, err error) {
 		return nil, &datadir.Error{File: o.Dir.Path(), Err: fmt.Errorf("the Raft log (%s or %s/) is missing but snapshots/ exists (this data dir has run before): "+
 			"refusing to start (it would forget acknowledged writes and reuse fencing tokens); see docs/data-dir.md", datadir.RaftDBFile, datadir.WALDir)}
 	}
-	kind, err := chooseStore(o.Dir, o.LogStore)
+	kind, err := chooseStore(o.Dir, held, o.LogStore)
 	if err != nil {
 		return nil, err
 	}

@@ -70,12 +70,9 @@ func heldStore(d *datadir.Dir) (string, error) {
 	return "", nil
 }
 
-// chooseStore resolves cluster.raft.log_store against what d holds.
-func chooseStore(d *datadir.Dir, want string) (string, error) {
-	held, err := heldStore(d)
-	if err != nil {
-		return "", err
-	}
+// chooseStore resolves cluster.raft.log_store against held, the store d
+// holds (heldStore).
+func chooseStore(d *datadir.Dir, held, want string) (string, error) {
 	switch want {
 	case "", LogStoreAuto:
 		if held == "" {
@@ -85,19 +82,11 @@ func chooseStore(d *datadir.Dir, want string) (string, error) {
 	case LogStoreWAL, LogStoreBolt:
 		if held != "" && held != want {
 			return "", &datadir.Error{File: d.Path(), Err: fmt.Errorf("cluster.raft.log_store is %s but this data dir holds a %s log (%s): the store of an existing data dir cannot change; "+
-				"set log_store to %s or auto, or replace the node with a fresh data dir; see docs/data-dir.md", want, held, storeName(held), held)}
+				"set log_store to %s or auto, or replace the node with a fresh data dir; see docs/data-dir.md", want, held, storeLabel(storePath(d, held)), held)}
 		}
 		return want, nil
 	}
 	return "", fmt.Errorf("consensus: log store %q: want one of %v", want, LogStores)
-}
-
-// storeName is the file or directory of a store, as error messages name it.
-func storeName(kind string) string {
-	if kind == LogStoreWAL {
-		return datadir.WALDir + "/"
-	}
-	return datadir.RaftDBFile
 }
 
 // storePath is the path of kind's file or directory in d.

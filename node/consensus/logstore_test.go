@@ -126,7 +126,11 @@ func TestLogStoreChoice(t *testing.T) {
 		if c.held == LogStoreWAL || c.held == "both" {
 			mustOpenStore(t, d, LogStoreWAL).Close()
 		}
-		got, err := chooseStore(d, c.want)
+		var got string
+		held, err := heldStore(d)
+		if err == nil {
+			got, err = chooseStore(d, held, c.want)
+		}
 		if got != c.got || (c.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.err)) {
 			t.Errorf("held %q, want %q: got %q, %v; want %q, %q", c.held, c.want, got, err, c.got, c.err)
 		}

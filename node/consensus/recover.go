@@ -106,7 +106,11 @@ func WriteRecovered(to *datadir.Dir, fsm *ticket.FSM, info RecoverInfo, newID, a
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	kind, err := chooseStore(to, logStore)
+	held, err := heldStore(to)
+	if err != nil {
+		return err
+	}
+	kind, err := chooseStore(to, held, logStore)
 	if err != nil {
 		return err
 	}
