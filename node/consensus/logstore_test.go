@@ -58,6 +58,8 @@ func wantDataErr(t *testing.T, err error, file, msg string) {
 	}
 }
 
+// SPEC §4: log entries carry a checksum and a bad one stops the node — in
+// the WAL every entry's seal, checked on every read.
 func TestLogSeal(t *testing.T) {
 	in := raft.Log{Index: 7, Term: 2, Type: raft.LogConfiguration, Data: []byte("config"), Extensions: []byte{1, 2}, AppendedAt: time.Unix(5, 6)}
 	sealed := SealLog(&in)
@@ -196,7 +198,8 @@ func segments(t *testing.T, d *datadir.Dir) []string {
 }
 
 // A damaged WAL is refused at open, naming the file, and nothing in it is
-// deleted or rewritten by the refusal.
+// deleted or rewritten by the refusal (SPEC §4: a bad checksum stops the
+// node, never a skip; issue 10's data-dir rule for the rest).
 func TestWALDamageRefused(t *testing.T) {
 	for _, c := range []struct {
 		name   string
