@@ -13,7 +13,7 @@ import (
 // checkedStore seals every entry it stores with a CRC-32C and refuses, on
 // every read, an entry whose seal does not match. raft-wal checks a
 // batch's CRC only while recovering the tail after a crash, never on a
-// read (and v0.4.0 cannot reopen a segment written with a codec of one's
+// read (and v0.4.2 cannot reopen a segment written with a codec of one's
 // own: it records the built-in codec's ID in every segment), so the seal
 // travels in raft.Log.Extensions, the field hashicorp/raft keeps for
 // middleware like this: it is appended on the way in and removed on the
@@ -91,7 +91,7 @@ func (s checkedStore) StoreLogs(logs []*raft.Log) error {
 	return s.logStore.StoreLogs(sealed)
 }
 
-// GetLog also keeps raft.LogStore's contract that raft-wal v0.4.0 does
+// GetLog also keeps raft.LogStore's contract that raft-wal v0.4.2 does
 // not: after a head truncation (the log compacted behind a snapshot) an
 // index before FirstIndex is gone. raft-wal still returns such entries
 // while their segment is on disk, so a leader would replay the compacted

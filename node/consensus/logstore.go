@@ -123,7 +123,7 @@ func openStore(d *datadir.Dir, kind string, log hclog.Logger) (logStore, error) 
 // openWAL opens the write-ahead log in dir (created 0700 when absent)
 // after checkWAL, turning a panic of its readers on a damaged file into an
 // error naming the directory.
-func openWAL(dir string, log hclog.Logger) (_ *walStore, err error) {
+func openWAL(dir string, log hclog.Logger) (_ *wal.WAL, err error) {
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, &datadir.Error{File: dir, Err: err}
 	}
@@ -144,18 +144,8 @@ func openWAL(dir string, log hclog.Logger) (_ *walStore, err error) {
 		meta.Close()
 		return nil, &datadir.Error{File: dir, Err: fmt.Errorf("cannot open the Raft log: %w; see docs/data-dir.md", err)}
 	}
-	return &walStore{WAL: w, meta: meta}, nil
+	return w, nil
 }
-
-// walStore closes the meta store too: raft-wal v0.4.0's Close leaves
-// wal-meta.db open, with its lock, so the same process could not open the
-// dir again (a restart in place, the tests).
-type walStore struct {
-	*wal.WAL
-	meta *metadb.BoltMetaDB
-}
-
-func (w *walStore) Close() error { return errors.Join(w.WAL.Close(), w.meta.Close()) }
 
 // checkWAL refuses a WAL directory that raft-wal would open by destroying
 // or silently forgetting data. raft-wal trusts wal-meta.db: with the meta
@@ -200,6 +190,10 @@ func checkWAL(dir string) error {
 			return &datadir.Error{File: filepath.Join(dir, name), Err: fmt.Errorf("WAL segment (entries from %d) is missing: refusing to start; see docs/data-dir.md", si.BaseIndex)}
 		case err != nil:
 			return &datadir.Error{File: filepath.Join(dir, name), Err: err}
+		case !si.SealTime.IsZero() && si.IndexStart == 0:
+			// raft-wal v0.4.0 sealed a segment this way when Raft cleared
+			// the log's suffix; no entry in it can be read.
+			return &datadir.Error{File: filepath.Join(dir, name), Err: fmt.Errorf("damaged Raft log: the sealed WAL segment (entries from %d) has no index block (written by raft-wal v0.4.0 after a log-suffix truncation?): refusing to start; see docs/data-dir.md", si.BaseIndex)}
 		case si.SealTime.IsZero() && si.SizeLimit > 0 && fi.Size() < int64(si.SizeLimit):
 			return &datadir.Error{File: filepath.Join(dir, name), Err: fmt.Errorf("damaged Raft log: the WAL tail segment holds %d bytes, less than the %d it was created with (truncated?); see docs/data-dir.md",
 				fi.Size(), si.SizeLimit)}

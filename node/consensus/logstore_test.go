@@ -2,6 +2,7 @@ package consensus
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -11,7 +12,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/hashicorp/raft-wal/metadb"
+	waltypes "github.com/hashicorp/raft-wal/types"
 	"github.com/tckclk/tckclk/node/datadir"
+	"go.etcd.io/bbolt"
 )
 
 func openDir(t *testing.T, path string) *datadir.Dir {
@@ -235,6 +239,12 @@ func TestWALDamageRefused(t *testing.T) {
 			must(t, os.Truncate(tail, 4096))
 			return tail
 		}, "less than the"},
+		{"sealed segment without its index block", func(t *testing.T, d *datadir.Dir, segs []string, _ []byte) string {
+			// What raft-wal v0.4.0 left after clearing a log suffix.
+			p := filepath.Join(d.WAL(), "wal-meta.db")
+			editWALState(t, p, func(st *waltypes.PersistentState) { st.Segments[0].IndexStart = 0 })
+			return segs[0]
+		}, "has no index block"},
 		{"record flipped in a sealed segment", func(t *testing.T, d *datadir.Dir, segs []string, _ []byte) string {
 			b, err := os.ReadFile(segs[0])
 			must(t, err)
@@ -303,6 +313,22 @@ func TestWALOlderLeftoverSegmentAccepted(t *testing.T) {
 	}
 }
 
+// editWALState rewrites the segment list in wal-meta.db.
+func editWALState(t *testing.T, metaPath string, edit func(*waltypes.PersistentState)) {
+	t.Helper()
+	st, err := readWALState(metaPath)
+	must(t, err)
+	edit(&st)
+	raw, err := json.Marshal(st)
+	must(t, err)
+	db, err := bbolt.Open(metaPath, 0o600, &bbolt.Options{Timeout: 2 * time.Second})
+	must(t, err)
+	defer db.Close()
+	must(t, db.Update(func(tx *bbolt.Tx) error {
+		return tx.Bucket([]byte(metadb.MetaBucket)).Put([]byte(metadb.MetaKey), raw)
+	}))
+}
+
 func listing(t *testing.T, dir string) string {
 	t.Helper()
 	ents, err := os.ReadDir(dir)
@@ -324,5 +350,67 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A follower whose log conflicts with its leader's clears the suffix
+// (Raft's DeleteRange from the conflict to the end) and appends the
+// leader's entries: after a restart every entry must read back. raft-wal
+// v0.4.0 marked the truncated tail sealed without writing its index block,
+// so the next open could not read a single entry of it ("sealed segment
+// has no index block") — found by the netns cluster test's kill -9 and
+// restart, fixed in raft-wal v0.4.1 (ForceSeal). Both stores, a truncation
+// inside the tail, one reaching back across a sealed segment, and one
+// right after a reopen.
+func TestLogSuffixClearedThenReopened(t *testing.T) {
+	for _, kind := range []string{LogStoreWAL, LogStoreBolt} {
+		t.Run(kind, func(t *testing.T) {
+			d := openDir(t, t.TempDir())
+			s := mustOpenStore(t, d, kind)
+			appendN(t, s, 1, 20, 100)
+			truncate := func(from, last uint64) {
+				t.Helper()
+				if err := s.DeleteRange(from, last); err != nil {
+					t.Fatalf("clearing %d..%d: %v", from, last, err)
+				}
+			}
+			reopen := func() {
+				t.Helper()
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+				s = mustOpenStore(t, d, kind)
+			}
+			truncate(15, 20)
+			appendN(t, s, 15, 30, 100)
+			reopen()
+			// Big entries fill segments (8 MiB each) so the next
+			// truncation reaches back across a sealed one.
+			appendN(t, s, 31, 200, 64<<10)
+			truncate(100, 200)
+			appendN(t, s, 100, 120, 100)
+			reopen()
+			truncate(118, 120) // straight after an open: the recovered tail
+			appendN(t, s, 118, 125, 100)
+			reopen()
+			defer s.Close()
+			first, _ := s.FirstIndex()
+			last, _ := s.LastIndex()
+			if first != 1 || last != 125 {
+				t.Fatalf("after the reopens the log has %d..%d, want 1..125", first, last)
+			}
+			for i := first; i <= last; i++ {
+				var l raft.Log
+				if err := s.GetLog(i, &l); err != nil {
+					t.Fatalf("entry %d after truncations and reopens: %v", i, err)
+				}
+				if l.Index != i || len(l.Data) == 0 || l.Data[0] != byte(i) {
+					t.Fatalf("entry %d reads back as index %d data %x…", i, l.Index, l.Data[:min(len(l.Data), 4)])
+				}
+			}
+			if kind == LogStoreWAL && len(segments(t, d)) < 2 {
+				t.Fatalf("the WAL has %d segment files: the test never crossed a segment", len(segments(t, d)))
+			}
+		})
 	}
 }
