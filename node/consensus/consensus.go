@@ -142,12 +142,25 @@ func Open(o Options) (_ *Raft, err error) {
 		log.Info("restored snapshot", "id", snap.ID, "index", snap.Index, "tickets", o.FSM.Len(), "delta_ms", o.FSM.Delta(),
 			"size_bytes", snap.Size, "took_ms", time.Since(restoreStart).Milliseconds())
 	}
+	var emptyTail string
+	var tailSize int64
+	if kind == LogStoreWAL && o.Dir.Exists(datadir.WALDir) {
+		if emptyTail, tailSize, err = emptyWALTail(o.Dir.WAL()); err != nil {
+			return nil, err
+		}
+	}
 	p.store, err = openStore(o.Dir, kind, hclog.New(&hclog.LoggerOptions{Name: "wal", Output: raftLog, Level: hclog.Info}))
 	if err != nil {
 		return nil, err
 	}
 	if err := checkLog(p.logPath, p.store, snap, hwm, o.RequireVoter); err != nil {
 		return nil, err
+	}
+	if emptyTail != "" {
+		if err := preallocate(emptyTail, tailSize); err != nil {
+			return nil, err
+		}
+		log.Warn("the WAL's tail segment was empty (a crash between its creation and its preallocation; nothing was acknowledged in it): preallocated it", "file", emptyTail)
 	}
 	p.trans = o.Transport
 	if p.trans == nil {

@@ -181,11 +181,15 @@ func checkWAL(dir string) error {
 		name := segment.FileName(si)
 		fi, err := os.Stat(filepath.Join(dir, name))
 		switch {
-		case errors.Is(err, os.ErrNotExist) && si.SealTime.IsZero():
-			// The tail: created right after its meta commit; a crash
-			// before the file's first fsync leaves it absent, with
-			// nothing acknowledged in it. (Losing it later cannot be told
-			// apart: checkLog's high-water mark catches a clean stop's.)
+		case errors.Is(err, os.ErrNotExist) && si.SealTime.IsZero(),
+			err == nil && si.SealTime.IsZero() && fi.Size() == 0:
+			// The tail: created right after its meta commit, then
+			// preallocated; a crash before the file's first fsync leaves
+			// it absent, or empty when it came between the create and the
+			// preallocation, with nothing acknowledged in it either way
+			// (raft-wal starts such a tail afresh). Losing it later cannot
+			// be told apart: checkLog's high-water mark catches a clean
+			// stop's.
 		case errors.Is(err, os.ErrNotExist):
 			return &datadir.Error{File: filepath.Join(dir, name), Err: fmt.Errorf("WAL segment (entries from %d) is missing: refusing to start; see docs/data-dir.md", si.BaseIndex)}
 		case err != nil:
@@ -209,6 +213,55 @@ func checkWAL(dir string) error {
 		sort.Slice(newer, func(i, j int) bool { return newer[i] < newer[j] })
 		return &datadir.Error{File: metaPath, Err: fmt.Errorf("older than the WAL's segment files (segment %d exists, the meta's next segment is %d): an older copy of wal-meta.db? refusing to start; see docs/data-dir.md",
 			newer[0], st.NextSegmentID)}
+	}
+	return nil
+}
+
+// emptyWALTail finds what a crash between raft-wal creating the tail
+// segment and preallocating it leaves (checkWAL accepts the empty file):
+// its path and the size it should have, "" when the tail is not empty. It
+// reads wal-meta.db, so it runs before raft-wal opens (and locks) it; the
+// rest of the checks are checkWAL's, when the store opens.
+func emptyWALTail(dir string) (string, int64, error) {
+	metaPath := filepath.Join(dir, metadb.FileName)
+	if _, err := os.Stat(metaPath); err != nil {
+		return "", 0, nil // new
+	}
+	if err := checkBolt(metaPath); err != nil {
+		return "", 0, err // mapping a truncated bolt file is a SIGBUS
+	}
+	st, err := readWALState(metaPath)
+	if err != nil || len(st.Segments) == 0 {
+		return "", 0, err
+	}
+	tail := st.Segments[len(st.Segments)-1]
+	p := filepath.Join(dir, segment.FileName(tail))
+	if fi, err := os.Stat(p); err != nil || fi.Size() != 0 || !tail.SealTime.IsZero() || tail.SizeLimit == 0 {
+		return "", 0, nil
+	}
+	return p, int64(tail.SizeLimit), nil
+}
+
+// preallocate finishes the preallocation of an empty tail: raft-wal would
+// append to it without one, and the tail's full size is how checkWAL tells
+// a truncated tail from a whole one. Open calls it once every check has
+// passed (a refusal changes nothing) and before Raft starts: nothing
+// writes the tail yet, and raft-wal's writer keeps its own offsets, so the
+// file growing under it changes nothing it reads.
+func preallocate(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return &datadir.Error{File: path, Err: err}
+	}
+	err = f.Truncate(size)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return &datadir.Error{File: path, Err: fmt.Errorf("preallocating the empty WAL tail: %w", err)}
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/raft-wal/metadb"
 	waltypes "github.com/hashicorp/raft-wal/types"
 	"github.com/tckclk/tckclk/node/datadir"
+	"github.com/tckclk/tckclk/node/ticket"
 	"go.etcd.io/bbolt"
 )
 
@@ -310,6 +311,56 @@ func TestWALOlderLeftoverSegmentAccepted(t *testing.T) {
 	first, _ := s.FirstIndex()
 	if l, _ := s.LastIndex(); l != last || first <= 1 {
 		t.Fatalf("after the leftover: first %d last %d, want last %d and the head truncated", first, l, last)
+	}
+}
+
+// A crash between raft-wal creating the tail segment and preallocating
+// it leaves an empty file with nothing acknowledged in it: like a missing
+// tail, not damage. Open keeps the log before it, preallocates the tail
+// (else the next start would read it as truncated) and appends go on; a
+// refusal for another reason leaves the empty file as it was.
+func TestWALEmptyTailAfterCrashAccepted(t *testing.T) {
+	d := openDir(t, t.TempDir())
+	segs, _ := rotated(t, d)
+	tail := segs[len(segs)-1]
+	var base uint64
+	if _, err := fmt.Sscanf(filepath.Base(tail), "%d-", &base); err != nil {
+		t.Fatal(err)
+	}
+	s := mustOpenStore(t, d, LogStoreWAL)
+	must(t, writeHighWater(d, s, 0)) // as a clean stop leaves it
+	must(t, s.Close())
+	must(t, os.Truncate(tail, 0))
+
+	// Refused (the clean stop's mark says the log reached further): the
+	// empty tail is not touched.
+	if _, err := Open(Options{Dir: d, FSM: ticket.New(500), LocalID: "self", Logger: testLogger(t)}); err == nil || !strings.Contains(err.Error(), datadir.HighWaterFile) {
+		t.Fatalf("open with a high-water mark past the log: %v, want the raft-hwm refusal", err)
+	}
+	if fi, err := os.Stat(tail); err != nil || fi.Size() != 0 {
+		t.Fatalf("the refusal changed the empty tail: %v %v", fi.Size(), err)
+	}
+	must(t, os.Remove(filepath.Join(d.Path(), datadir.HighWaterFile)))
+
+	r, err := Open(Options{Dir: d, FSM: ticket.New(500), LocalID: "self", Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, r.Close())
+	if fi, err := os.Stat(tail); err != nil || fi.Size() != walSegmentSize {
+		t.Fatalf("Open did not preallocate the empty tail again: %v %v", fi.Size(), err)
+	}
+	s = mustOpenStore(t, d, LogStoreWAL)
+	if last, _ := s.LastIndex(); last != base-1 {
+		t.Fatalf("after an empty tail the log ends at %d, want %d (the sealed segments' end)", last, base-1)
+	}
+	appendN(t, s, base, base+4, 100)
+	must(t, s.Close())
+	s = mustOpenStore(t, d, LogStoreWAL)
+	defer s.Close()
+	var l raft.Log
+	if err := s.GetLog(base+4, &l); err != nil || l.Index != base+4 {
+		t.Fatalf("entry %d appended after the empty tail: %+v %v", base+4, l.Index, err)
 	}
 }
 
