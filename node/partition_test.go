@@ -3,13 +3,16 @@ package node
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/api/wire"
 	"github.com/tckclk/tckclk/node/cluster/faultnet"
+	"github.com/tckclk/tckclk/node/datadir"
 )
 
 // withFaults routes tc's mesh and gossip through fault-injecting nets
@@ -102,12 +105,16 @@ func TestClusterPartitionedLeaderCannotCommit(t *testing.T) {
 	oc := tc.nodes[old]
 
 	meshNet.Isolate(old) // the mesh only: gossip still sees it alive
-	next := tc.leaderAmong(tc.others(old))
-	nc := tc.nodes[next]
 	// The isolated old leader commits nothing and serves no stale read.
+	// Bob's grant goes in at once, while it still thinks it leads: it
+	// appends the entry and can never commit it.
 	ctx, cancel := context.WithTimeout(bg, 10*time.Second)
 	defer cancel()
-	if _, err := oc.tn.c.Grant(ctx, "other", "bob", 30); err == nil {
+	bob := make(chan error, 1)
+	go func() { _, err := oc.tn.c.Grant(ctx, "other", "bob", 30); bob <- err }()
+	next := tc.leaderAmong(tc.others(old))
+	nc := tc.nodes[next]
+	if err := <-bob; err == nil {
 		t.Fatal("the isolated old leader acknowledged a grant")
 	}
 	if _, err := oc.tn.c.Get(ctx, "lock"); err == nil {
@@ -133,4 +140,25 @@ func TestClusterPartitionedLeaderCannotCommit(t *testing.T) {
 	if ls := tc.leaders(); len(ls) != 1 || ls[0] == "" {
 		t.Fatalf("leaders after healing: %v", ls)
 	}
+
+	// The old leader's log held bob's grant, never committed: rejoining,
+	// it cleared that suffix for the new leader's entries. It must start
+	// again on that data dir with everything readable — raft-wal v0.4.0
+	// sealed the cleared tail without its index block and the restart
+	// refused the dir (CI's netns kill -9 test found it).
+	lr := tc.nodes[tc.leader()].n.raft()
+	waitFor(t, old+" caught up with the leader", 20*time.Second, func() bool {
+		r := oc.n.raft()
+		return r != nil && lr != nil && r.State() == raft.Follower && r.LastIndex() == lr.LastIndex()
+	})
+	segs, err := filepath.Glob(filepath.Join(oc.an.cfg.Cluster.Raft.DataDir, datadir.WALDir, "*.wal"))
+	if err != nil || len(segs) < 2 {
+		t.Fatalf("%s's WAL has %d segment files (%v): it never cleared a log suffix, the test proves nothing", old, len(segs), err)
+	}
+	oc = tc.restart(old, tc.nodes[next].gossipAddr())
+	tc.waitReady(old)
+	waitFor(t, "the restarted "+old+" reads alice's ticket", 20*time.Second, func() bool {
+		got, err := oc.tn.c.Get(bg, "lock")
+		return err == nil && got.Holder == "alice" && got.Token == g.Token
+	})
 }
