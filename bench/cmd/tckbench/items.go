@@ -62,7 +62,7 @@ func addItemFlags(fs *flag.FlagSet, o *itemOptions) func() error {
 	fs.DurationVar(&o.agentDuration, "agent-duration", time.Second, "agent section: measured time per target per round")
 	fs.DurationVar(&o.agentWarmup, "agent-warmup", 300*time.Millisecond, "agent section: unmeasured time before each measurement")
 	fs.IntVar(&o.agentRounds, "agent-rounds", 4, "agent section: alternating rounds (agent, bare, agent, bare, …); more short rounds beat fewer long ones on a noisy machine")
-	fs.DurationVar(&o.tightDuration, "tightness-duration", 40*time.Second, "tightness section: how long to sample (the issue's figure: 10m)")
+	fs.DurationVar(&o.tightDuration, "tightness-duration", 30*time.Second, "tightness section: how long to sample (the issue's figure: 10m)")
 	fs.DurationVar(&o.tightEvery, "tightness-every", time.Second, "tightness section: time between samples")
 	fs.StringVar(&o.render, "render", "", "run nothing: re-write the report (-out) from this report.json of an earlier run, given that run's flags (its meta.args) too")
 	scale := fs.String("scale", "20000,50000", "scale section: active-ticket counts, each in a fresh 3-node cluster (comma-separated; the issue's figure: 1000000 with -scale-batch)")

@@ -27,7 +27,7 @@
 // tickets: RSS, snapshot size and time, restore time, a new node's
 // catch-up (scale.go).
 //
-//	cd bench && go run ./cmd/tckbench                # defaults: about 10 minutes
+//	cd bench && go run ./cmd/tckbench                # defaults: under 10 minutes
 //	go run ./cmd/tckbench -clients 64,256 -duration 20s -rounds 3 -nodes 3
 //	go run ./cmd/tckbench -sections scale -scale 1000000 -scale-batch 128 -scale-clients 16 -out scale.md
 //
@@ -102,8 +102,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	nodes := fs.String("nodes", "1,3", "cluster sizes (comma-separated, each 1 or 3)")
 	fs.IntVar(&o.contendedClients, "contended-clients", 64, "clients of the contended workload (0: skip it)")
 	fs.IntVar(&o.contendedNames, "contended-names", 4, "names the contended clients share")
-	fs.DurationVar(&o.duration, "duration", 6*time.Second, "measured time per target per round")
-	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured time before each measurement")
+	fs.DurationVar(&o.duration, "duration", 5*time.Second, "measured time per target per round")
+	fs.DurationVar(&o.warmup, "warmup", 750*time.Millisecond, "unmeasured time before each measurement")
 	fs.IntVar(&o.rounds, "rounds", 2, "alternating rounds per workload")
 	fs.StringVar(&o.out, "out", "report.md", "the report (PNG plots and report.json beside it)")
 	fs.StringVar(&o.repo, "repo", "", "the TCKCLK repository root ticketd is built from (default: found above the working directory)")
