@@ -314,8 +314,10 @@ func TestWALOlderLeftoverSegmentAccepted(t *testing.T) {
 	}
 }
 
-// A crash between raft-wal creating the tail segment and preallocating
-// it leaves an empty file with nothing acknowledged in it: like a missing
+// SPEC §5 (the log durable under data_dir) and issue 10's rule (a damaged
+// data dir is never served, an intact one is not refused): a crash between
+// raft-wal creating the tail segment and preallocating it leaves an empty
+// file with nothing acknowledged in it: like a missing
 // tail, not damage. Open keeps the log before it, preallocates the tail
 // (else the next start would read it as truncated) and appends go on; a
 // refusal for another reason leaves the empty file as it was.
@@ -404,7 +406,9 @@ func must(t *testing.T, err error) {
 	}
 }
 
-// A follower whose log conflicts with its leader's clears the suffix
+// SPEC §5: the Raft log is durable under cluster.raft.data_dir — across
+// the truncations Raft makes, too. A follower whose log conflicts with its
+// leader's clears the suffix
 // (Raft's DeleteRange from the conflict to the end) and appends the
 // leader's entries: after a restart every entry must read back. raft-wal
 // v0.4.0 marked the truncated tail sealed without writing its index block,
