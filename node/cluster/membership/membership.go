@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"sort"
@@ -159,6 +160,7 @@ type Membership struct {
 	local    atomic.Pointer[string]                // the local gossip address, read once at Start (memberlist rewrites its Node on UpdateNode)
 	cancel   context.CancelFunc
 	loopDone chan struct{}
+	mlLog    *slogWriter // memberlist's logger, closed by Close
 }
 
 // New validates cfg and this node's own metadata and trust entry. It binds
@@ -293,7 +295,8 @@ func (m *Membership) memberlistConfig() *memberlist.Config {
 	mc.GossipVerifyOutgoing = true
 	d := &delegate{m}
 	mc.Delegate, mc.Events, mc.Alive, mc.Merge, mc.Conflict = d, d, d, d, d
-	mc.Logger = newMemberlistLogger(m.log)
+	m.mlLog = newSlogWriter(m.log, m.clock.Now)
+	mc.Logger = log.New(m.mlLog, "", 0)
 	if m.cfg.Transport != nil {
 		mc.Transport = m.cfg.Transport
 	}
@@ -468,6 +471,7 @@ func (m *Membership) Close() error {
 		if e := m.ml.Shutdown(); e != nil {
 			err = fmt.Errorf("membership: shutdown: %w", e)
 		}
+		m.mlLog.close()
 	}
 	m.events.close()
 	return err
