@@ -222,7 +222,7 @@ func NTPServerAddr(s string) (string, error) {
 		if _, perr := netip.ParseAddr(bare); perr == nil || !strings.Contains(s, ":") {
 			host, port = bare, "123" // a bare IPv6 address or a host without port
 		} else {
-			return "", fmt.Errorf("%q is not HOST[:PORT]: %v", s, err)
+			return "", fmt.Errorf("%q is not HOST[:PORT]: %w", s, err)
 		}
 	}
 	if host == "" || strings.ContainsAny(host, " /") {

@@ -44,7 +44,7 @@ func (c *composeRun) containers() (map[string][2]string, error) {
 	out, err := exec.Command("docker", "ps", "-a", "--filter", "label=com.docker.compose.project="+c.project,
 		"--format", `{{.Label "com.docker.compose.service"}} {{.Names}} {{.Status}}`).CombinedOutput()
 	if err != nil {
-		return nil, fmt.Errorf("docker ps: %v: %s", err, out)
+		return nil, fmt.Errorf("docker ps: %w: %s", err, out)
 	}
 	m := map[string][2]string{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
@@ -260,11 +260,11 @@ func TestComposeCluster(t *testing.T) {
 	grant := func(node, name string) (uint64, error) {
 		out, err := run.ctl(node, "--json", "grant", name, "--holder", "e2e", "--lease", "60")
 		if err != nil {
-			return 0, fmt.Errorf("%v: %s", err, out)
+			return 0, fmt.Errorf("%w: %s", err, out)
 		}
 		var g wire.Grant
 		if err := json.Unmarshal([]byte(out), &g); err != nil || g.Token == 0 {
-			return 0, fmt.Errorf("grant answer %q: %v", out, err)
+			return 0, fmt.Errorf("grant answer %q: %w", out, err)
 		}
 		return g.Token, nil
 	}
@@ -284,7 +284,7 @@ func TestComposeCluster(t *testing.T) {
 		var s wire.Status
 		out, err := run.ctl(node, "--json", "status")
 		if err != nil {
-			return s, fmt.Errorf("%v: %s", err, out)
+			return s, fmt.Errorf("%w: %s", err, out)
 		}
 		return s, json.Unmarshal([]byte(out), &s)
 	}

@@ -128,7 +128,7 @@ func FuzzLineReader(f *testing.F) {
 	f.Add([]byte("abc\nxyz"), []byte{}, true)
 	f.Add(bytes.Repeat([]byte("A"), 300), []byte{31}, false)
 	f.Fuzz(func(t *testing.T, data, sizes []byte, timeout bool) {
-		var final error = io.EOF
+		final := error(io.EOF)
 		if timeout {
 			final = deadline{}
 		}

@@ -5,12 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/tckclk/tckclk/node/api/wire"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tckclk/tckclk/node/api/wire"
 
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/ticket"

@@ -114,7 +114,6 @@ func Check(h *History, cfg Config) (*Result, error) {
 		info porcupine.LinearizationInfo
 	}
 	var bad []failed
-	var last porcupine.LinearizationInfo
 	for _, name := range names {
 		tops := byTicket[name]
 		res.Violations = append(res.Violations, directChecks(name, tops)...)
@@ -123,7 +122,6 @@ func Check(h *History, cfg Config) (*Result, error) {
 			continue
 		}
 		r, info := porcupine.CheckOperationsVerbose(b.pmodel(), pops, timeout)
-		last = info
 		switch r {
 		case porcupine.Ok:
 		case porcupine.Illegal:
@@ -159,8 +157,8 @@ func Check(h *History, cfg Config) (*Result, error) {
 		name := res.Violations[0].Ticket
 		pops := porcupineOps(byTicket[name])
 		if len(pops) > 0 {
-			_, last = porcupine.CheckOperationsVerbose(b.pmodel(), pops, timeout)
-			bad = append(bad, failed{name, last})
+			_, info := porcupine.CheckOperationsVerbose(b.pmodel(), pops, timeout)
+			bad = append(bad, failed{name, info})
 		}
 	}
 	for _, f := range bad {

@@ -160,9 +160,7 @@ func ReadJSON(path string) (*History, error) {
 		return nil, fmt.Errorf("safety: %s: %w", path, err)
 	}
 	h := NewHistory(j.DeltaMs)
-	for _, op := range j.Ops {
-		h.ops = append(h.ops, op)
-	}
+	h.ops = append(h.ops, j.Ops...)
 	for k, v := range j.Faults {
 		h.faults[k] = v
 	}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -93,7 +94,7 @@ func ParseInt(s string, bits int) (int64, error) {
 	}
 	u, err := ParseUint(body, 64)
 	if err != nil {
-		if ne, ok := err.(*numberError); ok && !ne.notInt {
+		if ne := (*numberError)(nil); errors.As(err, &ne) && !ne.notInt {
 			ne.msg = fmt.Sprintf("%s, or a '-' before them; within %d..=%d", ne.msg, lo, hi)
 		}
 		return 0, err

@@ -2,6 +2,7 @@ package config
 
 import (
 	"encoding"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -206,7 +207,7 @@ func leaf(n *yaml.Node, v reflect.Value, path string) error {
 	tmp := reflect.New(v.Type())
 	if err := n.Decode(tmp.Interface()); err != nil {
 		msg := err.Error()
-		if te, ok := err.(*yaml.TypeError); ok && len(te.Errors) > 0 {
+		if te := (*yaml.TypeError)(nil); errors.As(err, &te) && len(te.Errors) > 0 {
 			msg = te.Errors[0]
 		}
 		return &Error{Path: path, Msg: fmt.Sprintf("bad value %s: %s", describe(n), stripLine(msg))}
@@ -219,7 +220,7 @@ func leaf(n *yaml.Node, v reflect.Value, path string) error {
 func setScalar(n *yaml.Node, v reflect.Value, path string) error {
 	tmp := reflect.New(v.Type()).Elem()
 	if err := setText(tmp, n.Value); err != nil {
-		if ne, ok := err.(*numberError); ok && ne.notInt {
+		if ne := (*numberError)(nil); errors.As(err, &ne) && ne.notInt {
 			return &Error{Path: path, Msg: ne.msg + ", got " + describe(n)}
 		}
 		return &Error{Path: path, Msg: fmt.Sprintf("bad value %s: %v", describe(n), err)}

@@ -29,7 +29,7 @@ func TestDecodeYAMLErrors(t *testing.T) {
 		"clock:\n  delta_ms: -1\n":               "clock.delta_ms: bad value",
 		"clock:\n  delta_ms: 1\n  delta_ms: 2\n": "clock.delta_ms: given twice",
 		"clock:\n  deltams: 1\n":                 "clock.deltams: unknown key",
-		"nmae: x\n":                              "nmae: unknown key",
+		"nmae: x\n":                              "nmae: unknown key", //nolint:misspell // a misspelt key on purpose
 		"clock: 5\n":                             "clock: want a mapping",
 		"clock:\n  agent_addrs: a\n":             "clock.agent_addrs: want a list",
 		"clock:\n  agent_addrs: [a, [b]]\n":      "clock.agent_addrs[1]: want a single value",

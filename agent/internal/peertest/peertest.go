@@ -108,11 +108,11 @@ func Start(t testing.TB, name string, argv ...string) *Process {
 // Stop ends the process (SIGTERM, then SIGKILL after 3 s) and waits.
 func (p *Process) Stop() {
 	p.once.Do(func() {
-		p.cmd.Process.Signal(syscall.SIGTERM)
+		_ = p.cmd.Process.Signal(syscall.SIGTERM) // already gone: waited says so
 		select {
 		case <-p.waited:
 		case <-time.After(3 * time.Second):
-			p.cmd.Process.Kill()
+			_ = p.cmd.Process.Kill()
 			<-p.waited
 		}
 	})
@@ -228,7 +228,9 @@ func Tracking(sock string) (*chrony.Tracking, error) {
 	}
 	defer os.Remove(local)
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(time.Second))
+	if err := c.SetDeadline(time.Now().Add(time.Second)); err != nil {
+		return nil, err
+	}
 	r, err := (&chrony.Client{Connection: c}).Communicate(chrony.NewTrackingPacket())
 	if err != nil {
 		return nil, err
@@ -276,9 +278,9 @@ func StartPTPPair(t testing.TB, accuracy uint8) *PTPPair {
 		}
 	}
 	ip("netns", "add", nsM)
-	t.Cleanup(func() { exec.Command(ipBin, "netns", "del", nsM).Run() })
+	t.Cleanup(func() { _ = exec.Command(ipBin, "netns", "del", nsM).Run() })
 	ip("netns", "add", nsS)
-	t.Cleanup(func() { exec.Command(ipBin, "netns", "del", nsS).Run() })
+	t.Cleanup(func() { _ = exec.Command(ipBin, "netns", "del", nsS).Run() })
 	ip("link", "add", vM, "type", "veth", "peer", "name", vS)
 	ip("link", "set", vM, "netns", nsM)
 	ip("link", "set", vS, "netns", nsS)

@@ -69,7 +69,9 @@ func (s *Source) Poll(ctx context.Context) (source.Sample, error) {
 		return source.Sample{}, source.Wrap("ptp", source.ReasonUnreachable, "connecting to ptp4l at "+s.uds, err)
 	}
 	defer closeConn()
-	conn.SetDeadline(source.Deadline(ctx))
+	if err := conn.SetDeadline(source.Deadline(ctx)); err != nil {
+		return source.Sample{}, source.Wrap("ptp", source.ReasonUnreachable, "setting a deadline on the socket to ptp4l at "+s.uds, err)
+	}
 	c := &ptp.MgmtClient{Connection: conn}
 	c.SetDomainNumber(s.domain)
 	st, err := read(c)
