@@ -52,7 +52,11 @@ trap 'stop_all; exit 0' INT TERM
 trap stop_all EXIT
 
 step "building ticketd, ticketctl and tckclk-agent into $bin"
-go build -o "$bin/" ./cmd/ticketd ./cmd/ticketctl ./cmd/tckclk-agent || fail "go build failed"
+# The revision rides in by -ldflags too, so --version knows it even with
+# GOFLAGS=-buildvcs=false (internal/version).
+rev=$(git rev-parse HEAD 2>/dev/null || true)
+go build -ldflags "-X github.com/tckclk/tckclk/internal/version.Revision=$rev" -o "$bin/" \
+	./cmd/ticketd ./cmd/ticketctl ./cmd/tckclk-agent || fail "go build failed"
 
 step "keys, trust map and configs (deploy/cluster-keys.sh $work/keys $nodes)"
 # shellcheck disable=SC2086

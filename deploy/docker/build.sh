@@ -17,7 +17,8 @@ ctx=$(mktemp -d "${TMPDIR:-/tmp}/tckclk-images.XXXXXX")
 trap 'rm -rf "$ctx"' EXIT
 
 echo "build.sh: static binaries into $ctx"
-(cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$ctx/" \
+rev=$(git -C "$root" rev-parse HEAD 2>/dev/null || true)
+(cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/tckclk/tckclk/internal/version.Revision=$rev" -o "$ctx/" \
 	./cmd/ticketd ./cmd/ticketctl ./cmd/tckclk-agent) || { echo "build.sh: go build failed" >&2; exit 1; }
 mkdir "$ctx/empty"
 cp "$here/ticketd.Dockerfile" "$here/agent.Dockerfile" "$ctx/"

@@ -1,13 +1,20 @@
 // Package version says which build a binary is, for --version: the main
 // module's version and the VCS revision recorded by the Go toolchain
-// (runtime/debug.ReadBuildInfo). A binary built with -buildvcs=false or
-// from `go run` has no revision; that is said, not invented.
+// (runtime/debug.ReadBuildInfo). A build that records no revision (go run,
+// -buildvcs=false, a copy of the tree without .git) takes the one a build
+// script passes with -ldflags "-X github.com/tckclk/tckclk/internal/version.Revision=…"
+// (the Makefile, deploy/demo.sh and deploy/docker/build.sh do); with neither,
+// "unknown" is said, not invented.
 package version
 
 import (
 	"runtime/debug"
 	"strings"
 )
+
+// Revision is set by the linker (-X) when the build info has no
+// vcs.revision of its own; the build info wins when it has one.
+var Revision string
 
 // String is "NAME VERSION (revision R[, modified], GOVERSION)" for the
 // running binary.
@@ -35,6 +42,9 @@ func Format(name string, bi *debug.BuildInfo) string {
 				modified = ", modified"
 			}
 		}
+	}
+	if rev == "" {
+		rev = Revision
 	}
 	if rev == "" {
 		rev = "unknown"

@@ -22,3 +22,18 @@ func TestString(t *testing.T) {
 		t.Fatalf("%q", s)
 	}
 }
+
+// A build from a git checkout always knows its revision: without the
+// toolchain's vcs.revision (-buildvcs=false) the linker's Revision stands in.
+func TestFormatLinkerRevision(t *testing.T) {
+	old := Revision
+	t.Cleanup(func() { Revision = old })
+	Revision = "0123abc"
+	if got, want := Format("ticketd", &debug.BuildInfo{GoVersion: "go1.26.8"}), "ticketd (devel) (revision 0123abc, go1.26.8)"; got != want {
+		t.Fatalf("%q, want %q", got, want)
+	}
+	bi := &debug.BuildInfo{Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "fromvcs"}}}
+	if got := Format("ticketd", bi); !strings.Contains(got, "revision fromvcs") {
+		t.Fatalf("the toolchain's revision must win: %q", got)
+	}
+}
