@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -218,14 +219,16 @@ func (a *Agent) warnFileLimit() {
 
 // Status is the /v1/status document (SPEC §2.3).
 type Status struct {
-	Mode            string         `json:"mode"` // "production" or "dev-reference"
-	DevReference    bool           `json:"dev_reference"`
-	Synced          bool           `json:"synced"`
-	Ready           bool           `json:"ready"`
-	Selected        string         `json:"selected"`
-	ReferenceUnixMs uint64         `json:"reference_unix_ms"`
-	UncertaintyMs   uint64         `json:"uncertainty_ms"`
-	SourceAgeMs     uint64         `json:"source_age_ms"`
+	Mode         string `json:"mode"` // "production" or "dev-reference"
+	DevReference bool   `json:"dev_reference"`
+	Synced       bool   `json:"synced"`
+	Ready        bool   `json:"ready"`
+	Selected     string `json:"selected"`
+	// The three figures of the selected sample; null while the agent has
+	// none (never a sentinel such as the largest uint64).
+	ReferenceUnixMs *uint64        `json:"reference_unix_ms"`
+	UncertaintyMs   *uint64        `json:"uncertainty_ms"`
+	SourceAgeMs     *uint64        `json:"source_age_ms"`
 	MaxSourceAgeMs  uint64         `json:"max_source_age_ms"`
 	MaxDriftPPM     uint64         `json:"max_drift_ppm"`
 	Sources         []SourceStatus `json:"sources"`
@@ -241,10 +244,12 @@ func (a *Agent) Status() Status {
 	sel := a.sampler.Select(now)
 	st := Status{
 		Mode: "production", DevReference: a.cfg.Dev, Synced: sel.Synced, Selected: sel.Source,
-		ReferenceUnixMs: sel.ReferenceUnixMs, UncertaintyMs: sel.UncertaintyMs, SourceAgeMs: sel.SourceAgeMs,
 		MaxSourceAgeMs: a.cfg.MaxSourceAgeMs, MaxDriftPPM: a.cfg.MaxDriftPPM,
 		Sources: a.sampler.Sources(now, sel.Source), ConnectionsOpen: a.server.OpenConns(), MaxConns: a.cfg.MaxConns,
 		SecretFrom: *a.keyOrigin.Load(), Draining: a.draining.Load(),
+	}
+	if sel.UncertaintyMs != math.MaxUint64 { // a sample exists (synced, or the last one while stale)
+		st.ReferenceUnixMs, st.UncertaintyMs, st.SourceAgeMs = &sel.ReferenceUnixMs, &sel.UncertaintyMs, &sel.SourceAgeMs
 	}
 	if a.cfg.Dev {
 		st.Mode = "dev-reference"
@@ -272,7 +277,7 @@ func (a *Agent) Handler() http.Handler {
 		case !st.Synced:
 			http.Error(w, "not ready: synced=0, no healthy source"+label, http.StatusServiceUnavailable)
 		default:
-			fmt.Fprintf(w, "ready: synced=1 from %s, uncertainty %d ms%s\n", st.Selected, st.UncertaintyMs, label)
+			fmt.Fprintf(w, "ready: synced=1 from %s, uncertainty %d ms%s\n", st.Selected, *st.UncertaintyMs, label)
 		}
 	})
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {

@@ -69,7 +69,7 @@ func TestRealChronydPair(t *testing.T) {
 	})
 	checkSynced(t, r)
 	st := getStatus(t, r)
-	t.Logf("selected %s, uncertainty %d ms; ntp %+v; chrony %+v", st.Selected, st.UncertaintyMs, sourceOf(st, "ntp"), sourceOf(st, "chrony"))
+	t.Logf("selected %s, uncertainty %d ms; ntp %+v; chrony %+v", st.Selected, *st.UncertaintyMs, sourceOf(st, "ntp"), sourceOf(st, "chrony"))
 	if code, _ := httpGet(t, "http://"+r.HTTPAddr().String()+"/readyz"); code != 200 {
 		t.Fatalf("/readyz %d while synced", code)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -81,8 +82,8 @@ func TestDevReadyWithinASecond(t *testing.T) {
 			t.Fatalf("exchange %d: synced=%v uncertainty_ms=%d; a ready dev agent answers synced with uncertainty ≥ 1", i, resp.Synced, resp.UncertaintyMs)
 		}
 	}
-	if st := getStatus(t, r); !st.Synced || st.UncertaintyMs < 1 {
-		t.Fatalf("/v1/status synced=%v uncertainty_ms=%d", st.Synced, st.UncertaintyMs)
+	if st := getStatus(t, r); !st.Synced || st.UncertaintyMs == nil || *st.UncertaintyMs < 1 {
+		t.Fatalf("/v1/status synced=%v uncertainty_ms=%v", st.Synced, st.UncertaintyMs)
 	}
 }
 
@@ -532,5 +533,27 @@ func TestSilentConnectionsHoldNoBuffer(t *testing.T) {
 	waitFor(t, "all connections released", 3*time.Second, func() bool { return s.OpenConns() == 0 })
 	if n, w := s.buffers.Load(), s.waiting.Load(); n != 0 || w != 0 {
 		t.Fatalf("after all closed: %d buffers held, %d waiting; want 0, 0", n, w)
+	}
+}
+
+// Before its first sample the agent has no reference, uncertainty or age:
+// /v1/status shows none (null), never a sentinel such as the largest uint64.
+func TestStatusShowsNoFiguresBeforeTheFirstSample(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Listen, cfg.HTTP = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.SecretFile = writeSecret(t, testSecret)
+	cfg.Sources.Chrony.Address = "unix://" + filepath.Join(t.TempDir(), "no-chronyd.sock") // never answers
+	r := startAgent(t, cfg, Options{})
+	code, body := httpGet(t, "http://"+r.HTTPAddr().String()+"/v1/status")
+	if code != 200 {
+		t.Fatalf("/v1/status: %d %s", code, body)
+	}
+	for _, field := range []string{`"uncertainty_ms": null`, `"source_age_ms": null`, `"reference_unix_ms": null`} {
+		if !strings.Contains(body, field) {
+			t.Errorf("/v1/status lacks %s:\n%s", field, body)
+		}
+	}
+	if strings.Contains(body, "18446744073709551615") {
+		t.Errorf("/v1/status shows the largest uint64:\n%s", body)
 	}
 }
