@@ -22,8 +22,15 @@
 //     the id it claimed and the reason, and counted in
 //     mesh_handshakes_total{result}. Secret bytes are never logged.
 //   - A frame body is at most MaxFrame bytes; a larger length prefix, a
-//     malformed frame or a handshake past Config.HandshakeTimeout drops
-//     that connection only. At most 64 inbound handshakes run at once.
+//     malformed frame, no first byte within Config.FirstByteTimeout or a
+//     handshake past Config.HandshakeTimeout drops that connection only.
+//   - At most 64 inbound handshakes run at once, at most 8 from one
+//     source (IPv4 address, IPv6 /64). A new connection always gets a
+//     place: the least advanced (no byte sent first), then oldest,
+//     handshake of its source (or of the busiest source) gives way and
+//     is counted as busy (admission.go). Refusal log lines are
+//     rate-limited per direction and reason (internal/lograte); the
+//     counters count every one.
 //   - A reflected proof fails (roles are in the MAC and the signature); a
 //     replayed one fails (the other side's nonce is fresh).
 //   - At most one session per peer is in use. When both sides dial at once

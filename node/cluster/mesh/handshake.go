@@ -34,7 +34,7 @@ const (
 	ReasonMAC                Reason = "mac"                 // the peer does not prove the gossip secret
 	ReasonSignature          Reason = "signature"           // the peer's signature does not verify
 	ReasonRefused            Reason = "refused"             // the acceptor closed instead of accepting us (see its log)
-	ReasonBusy               Reason = "busy"                // too many handshakes in progress; dropped unread
+	ReasonBusy               Reason = "busy"                // gave its place up to a newer connection: too many handshakes in progress from its source, or in all
 	ReasonClosed             Reason = "closed"              // this mesh is closing
 )
 

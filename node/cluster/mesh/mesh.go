@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/yamux"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tckclk/tckclk/internal/lograte"
 	"github.com/tckclk/tckclk/node/cluster/identity"
 )
 
@@ -30,9 +31,13 @@ const (
 	EphemeralPort = -1
 	// DefaultHandshakeTimeout bounds a whole handshake, TLS included.
 	DefaultHandshakeTimeout = 5 * time.Second
-	// maxHandshakes caps the inbound handshakes in progress; more
-	// connections are dropped unread, so a flood cannot pin memory.
-	maxHandshakes = 64
+	// DefaultFirstByteTimeout bounds the wait for an inbound connection's
+	// first byte: a peer writes as soon as it connects.
+	DefaultFirstByteTimeout = time.Second
+	// refusalLogInterval is the rate limit of refusal log lines: per
+	// direction and reason, one line and then one summary with the count
+	// per interval (the counters count every refusal).
+	refusalLogInterval = 10 * time.Second
 )
 
 // Trust resolves a NodeId to its trusted public key (identity.Store).
@@ -61,6 +66,7 @@ type Config struct {
 	AdvertiseHost    string
 	BindPort         int           // 0 = first free in 7950–7959, then ephemeral; EphemeralPort = ephemeral
 	HandshakeTimeout time.Duration // 0 = DefaultHandshakeTimeout
+	FirstByteTimeout time.Duration // inbound: 0 = DefaultFirstByteTimeout; at most HandshakeTimeout
 	Dial             func(ctx context.Context, network, addr string) (net.Conn, error)
 	WrapListener     func(net.Listener) net.Listener // optional (the test harness)
 	Logger           *slog.Logger
@@ -83,9 +89,10 @@ type Mesh struct {
 	addr    string
 	ln      net.Listener
 	log     *slog.Logger
+	rl      *lograte.Logger // refusal lines, rate-limited
 	met     *metrics
 	ymx     *yamux.Config
-	hsSlots chan struct{}
+	adm     *admission
 	closing chan struct{}
 
 	mu        sync.Mutex
@@ -133,6 +140,10 @@ func Listen(cfg Config) (*Mesh, error) {
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = DefaultHandshakeTimeout
 	}
+	if cfg.FirstByteTimeout <= 0 {
+		cfg.FirstByteTimeout = DefaultFirstByteTimeout
+	}
+	cfg.FirstByteTimeout = min(cfg.FirstByteTimeout, cfg.HandshakeTimeout)
 	if cfg.Dial == nil {
 		cfg.Dial = (&net.Dialer{}).DialContext
 	}
@@ -162,26 +173,30 @@ func Listen(cfg Config) (*Mesh, error) {
 		}
 		host = cfg.BindAddr
 	}
-	met, err := newMetrics(cfg.Registerer)
+	adm := newAdmission(maxHandshakes, maxHandshakesPerSource)
+	met, err := newMetrics(cfg.Registerer, adm.inProgress)
 	if err != nil {
 		return nil, err
 	}
 	ln, err := bind(cfg)
 	if err != nil {
+		met.unregister()
 		return nil, err
 	}
 	if cfg.WrapListener != nil {
 		ln = cfg.WrapListener(ln)
 	}
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	log := cfg.Logger.With("mesh_node", cfg.NodeID)
 	m := &Mesh{
 		cfg:       cfg,
 		hkey:      handshakeKey(cfg.GossipSecret),
 		addr:      net.JoinHostPort(host, port),
 		ln:        ln,
-		log:       cfg.Logger.With("mesh_node", cfg.NodeID),
+		log:       log,
+		rl:        lograte.New(log, lograte.Config{Interval: refusalLogInterval, Now: cfg.Now}),
 		met:       met,
-		hsSlots:   make(chan struct{}, maxHandshakes),
+		adm:       adm,
 		closing:   make(chan struct{}),
 		peers:     map[string]*session{},
 		all:       map[*session]struct{}{},
@@ -272,6 +287,7 @@ func (m *Mesh) Close() error {
 		l.Close()
 	}
 	m.wg.Wait()
+	m.rl.Close()
 	if errors.Is(err, net.ErrClosed) {
 		err = nil
 	}
@@ -431,7 +447,7 @@ func (m *Mesh) dialOnce(ctx context.Context, addr, wantID string) (*session, err
 		return nil, ErrClosed
 	}
 	stop := context.AfterFunc(dctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
-	conn, peer, sid, err := m.handshake(dctx, raw, deadline, true, wantID)
+	conn, peer, sid, err := m.handshake(dctx, raw, deadline, nil, wantID)
 	if !stop() && err == nil { // the context ended after all: the deadline may be poisoned
 		err = fmt.Errorf("mesh: dialing %s: %w", addr, context.Cause(dctx))
 	}
@@ -489,29 +505,24 @@ func (m *Mesh) acceptLoop() {
 			continue
 		}
 		backoff = 0
-		select {
-		case m.hsSlots <- struct{}{}:
-		default:
-			c.Close()
-			m.refuse(&HandshakeError{Reason: ReasonBusy, Addr: c.RemoteAddr().String(), Err: errors.New("too many handshakes in progress")}, "inbound")
-			continue
-		}
 		if !m.track(c) {
 			c.Close()
 			return
 		}
-		m.spawn(func() {
-			defer func() { <-m.hsSlots }()
-			m.serveInbound(c)
-		})
+		h, victim := m.adm.admit(c)
+		if victim != nil {
+			victim.conn.Close() // its handshake goroutine counts and logs it
+		}
+		m.spawn(func() { m.serveInbound(h) })
 	}
 }
 
-func (m *Mesh) serveInbound(raw net.Conn) {
+func (m *Mesh) serveInbound(h *inflight) {
+	raw := h.conn
 	deadline := m.cfg.Now().Add(m.cfg.HandshakeTimeout)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	conn, peer, sid, err := m.handshake(ctx, raw, deadline, false, "")
+	conn, peer, sid, err := m.handshake(ctx, raw, deadline, h, "")
 	m.untrack(raw)
 	if err != nil {
 		raw.Close()
@@ -522,14 +533,19 @@ func (m *Mesh) serveInbound(raw net.Conn) {
 
 // handshake runs one side of SPEC §5's handshake on raw (TLS first when
 // configured) and returns the conn to multiplex, the peer's hello and the
-// session id. Failures are logged and counted here.
-func (m *Mesh) handshake(ctx context.Context, raw net.Conn, deadline time.Time, dialer bool, wantID string) (net.Conn, Hello, string, error) {
+// session id. in is the inbound handshake's place in the admission table;
+// nil when this node dials. Failures are logged and counted here.
+func (m *Mesh) handshake(ctx context.Context, raw net.Conn, deadline time.Time, in *inflight, wantID string) (net.Conn, Hello, string, error) {
 	dir := "inbound"
-	if dialer {
+	if in == nil {
 		dir = "outbound"
 	}
 	var peer Hello
-	conn, sid, err := m.handshakeConn(ctx, raw, deadline, dialer, wantID, &peer)
+	conn, sid, err := m.handshakeConn(ctx, raw, deadline, in, wantID, &peer)
+	if in != nil && !m.adm.done(in) {
+		// It gave its place up to a newer connection, which closed it.
+		err = fail(ReasonBusy, "%s", in.why)
+	}
 	if err != nil {
 		he := &HandshakeError{Reason: classify(err), Addr: raw.RemoteAddr().String(), ID: peer.ID, Err: err}
 		select {
@@ -545,7 +561,10 @@ func (m *Mesh) handshake(ctx context.Context, raw net.Conn, deadline time.Time, 
 	return conn, peer, sid, nil
 }
 
+// refuse counts every refusal and logs it, at most one line per direction
+// and reason per refusalLogInterval plus a summary with the count:
+// anyone who can reach the mesh port can cause refusals.
 func (m *Mesh) refuse(he *HandshakeError, dir string) {
 	m.met.handshakes[he.Reason].Inc()
-	m.log.Warn("mesh: handshake refused", "direction", dir, "peer_addr", he.Addr, "peer_id", he.ID, "reason", string(he.Reason), "err", he.Err)
+	m.rl.Warn(dir+" "+string(he.Reason), "mesh: handshake refused", "direction", dir, "peer_addr", he.Addr, "peer_id", he.ID, "reason", string(he.Reason), "err", he.Err)
 }

@@ -18,11 +18,13 @@ type metrics struct {
 	handshakes map[Reason]prometheus.Counter
 	refused    map[string]prometheus.Counter
 	sessions   prometheus.Gauge
+	unregister func() // takes them off the registry again
 }
 
 // newMetrics builds the mesh metrics with every label value created up
-// front, and registers them on reg (nil: kept unregistered).
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// front, and registers them on reg (nil: kept unregistered). inProgress
+// reports the inbound handshakes in progress.
+func newMetrics(reg prometheus.Registerer, inProgress func() int) (*metrics, error) {
 	hs := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mesh_handshakes_total",
 		Help: "Mesh handshakes, both directions, by result: ok or the reason of the refusal.",
@@ -45,14 +47,24 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range []string{refusedUnknownClass, refusedNoListener, refusedNoClass, refusedClosed} {
 		m.refused[r] = refused.WithLabelValues(r)
 	}
+	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "mesh_handshakes_in_progress",
+		Help: "Inbound mesh handshakes in progress (at most 64, at most 8 from one source address).",
+	}, func() float64 { return float64(inProgress()) })
+	m.unregister = func() {}
 	if reg != nil {
-		all := []prometheus.Collector{hs, refused, m.sessions}
+		all := []prometheus.Collector{hs, refused, m.sessions, pending}
 		for i, c := range all {
 			if err := reg.Register(c); err != nil {
 				for _, done := range all[:i] {
 					reg.Unregister(done)
 				}
 				return nil, fmt.Errorf("mesh: registering metrics: %w", err)
+			}
+		}
+		m.unregister = func() {
+			for _, c := range all {
+				reg.Unregister(c)
 			}
 		}
 	}

@@ -24,19 +24,30 @@ import (
 //	dialer → acceptor: proof(dialer)
 //	acceptor → dialer: accept
 //
-// *peer is filled as soon as the peer's hello parses, for the logs.
-func (m *Mesh) handshakeConn(ctx context.Context, raw net.Conn, deadline time.Time, dialer bool, wantID string, peer *Hello) (net.Conn, string, error) {
+// *peer is filled as soon as the peer's hello parses, for the logs. in is
+// the inbound handshake's place in the admission table (nil: dialing);
+// its progress is recorded there, and its first byte must arrive within
+// FirstByteTimeout.
+func (m *Mesh) handshakeConn(ctx context.Context, raw net.Conn, deadline time.Time, in *inflight, wantID string, peer *Hello) (net.Conn, string, error) {
+	dialer := in == nil
 	if err := raw.SetDeadline(deadline); err != nil {
 		return nil, "", err
 	}
-	conn := raw
+	var conn net.Conn = raw
+	if !dialer {
+		first := m.cfg.Now().Add(m.cfg.FirstByteTimeout)
+		if err := raw.SetReadDeadline(first); err != nil {
+			return nil, "", err
+		}
+		conn = &firstByteConn{Conn: raw, m: m, in: in, deadline: deadline}
+	}
 	tlsOn := m.cfg.TLS != nil
 	if tlsOn {
 		var tc *tls.Conn
 		if dialer {
-			tc = tls.Client(raw, m.cfg.TLS)
+			tc = tls.Client(conn, m.cfg.TLS)
 		} else {
-			tc = tls.Server(raw, m.cfg.TLS)
+			tc = tls.Server(conn, m.cfg.TLS)
 		}
 		if err := tc.HandshakeContext(ctx); err != nil {
 			if classify(err) == ReasonTimeout {
@@ -45,6 +56,7 @@ func (m *Mesh) handshakeConn(ctx context.Context, raw net.Conn, deadline time.Ti
 			return nil, "", fail(ReasonTLS, "TLS handshake: %v", err)
 		}
 		conn = tc
+		m.advance(in, progressTLS)
 	}
 	me := Hello{ID: m.cfg.NodeID, Addr: m.addr, Key: m.pub}
 	if _, err := io.ReadFull(m.cfg.Rand, me.Nonce[:]); err != nil {
@@ -55,13 +67,16 @@ func (m *Mesh) handshakeConn(ctx context.Context, raw net.Conn, deadline time.Ti
 	if dialer {
 		t, err = m.dialerFrames(conn, tlsOn, me, wantID, peer)
 	} else {
-		t, err = m.acceptorFrames(conn, tlsOn, me, peer)
+		t, err = m.acceptorFrames(conn, tlsOn, me, peer, in)
 	}
 	if err != nil {
 		return nil, "", err
 	}
 	if err := raw.SetDeadline(time.Time{}); err != nil {
 		return nil, "", err
+	}
+	if _, ok := conn.(*firstByteConn); ok {
+		conn = raw // its job is done
 	}
 	return conn, sessionID(t), nil
 }
@@ -109,7 +124,7 @@ func (m *Mesh) dialerFrames(conn net.Conn, tlsOn bool, me Hello, wantID string, 
 	return t, DecodeAccept(b)
 }
 
-func (m *Mesh) acceptorFrames(conn net.Conn, tlsOn bool, me Hello, peer *Hello) ([]byte, error) {
+func (m *Mesh) acceptorFrames(conn net.Conn, tlsOn bool, me Hello, peer *Hello, in *inflight) ([]byte, error) {
 	b, err := readFrame(conn, tlsOn)
 	if err != nil {
 		return nil, err
@@ -122,6 +137,7 @@ func (m *Mesh) acceptorFrames(conn net.Conn, tlsOn bool, me Hello, peer *Hello) 
 	if err := m.checkPeer(h, ""); err != nil {
 		return nil, err
 	}
+	m.advance(in, progressHello)
 	t := transcript(h, me)
 	out := AppendFrame(nil, EncodeHello(me))
 	out = AppendFrame(out, EncodeProof(makeProof(m.hkey, m.cfg.Key, roleAcceptor, t)))
@@ -140,6 +156,36 @@ func (m *Mesh) acceptorFrames(conn net.Conn, tlsOn bool, me Hello, peer *Hello) 
 	}
 	_, err = conn.Write(AppendFrame(nil, EncodeAccept()))
 	return t, err
+}
+
+// advance records an inbound handshake's progress (no-op when dialing).
+func (m *Mesh) advance(in *inflight, p int) {
+	if in != nil {
+		m.adm.advance(in, p)
+	}
+}
+
+// firstByteConn lifts the short first-byte read deadline of an inbound
+// connection to the handshake's deadline once a byte has arrived, and
+// records that progress.
+type firstByteConn struct {
+	net.Conn
+	m        *Mesh
+	in       *inflight
+	deadline time.Time
+	got      bool
+}
+
+func (c *firstByteConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && !c.got {
+		c.got = true
+		c.m.advance(c.in, progressBytes)
+		if derr := c.Conn.SetReadDeadline(c.deadline); derr != nil && err == nil {
+			err = derr
+		}
+	}
+	return n, err
 }
 
 // checkPeer applies the identity rules to a peer's hello: not ourselves,
