@@ -54,7 +54,7 @@ func TestPrintConfig(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	for _, want := range []string{"delta_ms: 1000", "data_dir: /var/lib/x", "addr: 127.0.0.1:9999", "snapshot_threshold: 77", "voter_last_contact: 15s", "standby_last_contact: 2m0s", "boot_grace: 30s", "max_health_score: 6", "secret_key: '[redacted]'", "identity_key: '[redacted]'", "max_rtt_ms: 250"} {
+	for _, want := range []string{"delta_ms: 1000", "data_dir: /var/lib/x", "addr: 127.0.0.1:9999", "snapshot_threshold: 77", "voter_last_contact: 15s", "standby_last_contact: 2m0s", "boot_grace: 30s", "max_health_score: 6", "secret_key: '[redacted]'", "identity_key: '[redacted]'", "max_rtt_ms: 250", "burst: 3"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("print-config lacks %q:\n%s", want, out)
 		}
@@ -80,6 +80,8 @@ func TestConfigErrorsExit2(t *testing.T) {
 		{"agent address", []string{"--clock.agent_addr", "nohost"}, "clock.agent_addr: \"nohost\" is not HOST:PORT"},
 		{"dev_reference without an agent", []string{"--clock.dev_reference"}, "clock.dev_reference: set, but no agent is configured"},
 		{"probe timeout above the interval", []string{"--clock.probe_interval_ms", "200", "--clock.probe_timeout_ms", "300"}, "clock.probe_timeout_ms: 300 is outside 1..=probe_interval_ms (200)"},
+		{"burst 0", []string{"--clock.burst", "0"}, "clock.burst: 0 is outside 1..=8"},
+		{"burst 9", []string{"--config", writeConfig(t, "clock:\n  burst: 9\n")}, "clock.burst: 9 is outside 1..=8"},
 		{"limit above Δ/2", []string{"--clock.max_rtt_ms", "251"}, "clock.max_rtt_ms: 251 is outside 1..=Δ/2 (250 for delta_ms 500)"},
 		{"bad api addr", []string{"--http", "nonsense"}, "api.addr"},
 		{"tls paths without enabled", []string{"--api.tls.cert_file", "/x.pem"}, "api.tls.enabled"},

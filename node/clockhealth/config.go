@@ -21,7 +21,8 @@ type Config struct {
 	DevReference   bool     `yaml:"dev_reference"`    // accept only dev_key samples (SPEC §2.2)
 
 	ProbeIntervalMs  uint64 `yaml:"probe_interval_ms"`  // default 1000
-	ProbeTimeoutMs   uint64 `yaml:"probe_timeout_ms"`   // default 500
+	ProbeTimeoutMs   uint64 `yaml:"probe_timeout_ms"`   // default 500, per exchange
+	Burst            uint64 `yaml:"burst"`              // exchanges per agent per round at most (SPEC §3.1), default 3, 1..=8
 	MaxRTTMs         uint64 `yaml:"max_rtt_ms"`         // default max(1, Δ/4), within [1, Δ/2]
 	MaxUncertaintyMs uint64 `yaml:"max_uncertainty_ms"` // default max(1, Δ/4), within [1, Δ/2]
 	MaxOffsetMs      uint64 `yaml:"max_offset_ms"`      // default max(1, Δ/4), within [1, Δ/2]
@@ -34,6 +35,8 @@ type Config struct {
 const (
 	DefaultProbeIntervalMs = 1000
 	DefaultProbeTimeoutMs  = 500
+	DefaultBurst           = 3
+	MaxBurst               = 8
 	DefaultMaxSourceAgeMs  = 120000
 	DefaultMaxDriftPPM     = 500
 	MaxMaxSourceAgeMs      = 3600000
@@ -47,6 +50,7 @@ func DefaultConfig() Config {
 		DeltaMs:         protocol.DefaultDeltaMs,
 		ProbeIntervalMs: DefaultProbeIntervalMs,
 		ProbeTimeoutMs:  DefaultProbeTimeoutMs,
+		Burst:           DefaultBurst,
 		MaxSourceAgeMs:  DefaultMaxSourceAgeMs,
 		MaxDriftPPM:     DefaultMaxDriftPPM,
 	}
@@ -119,6 +123,9 @@ func (c *Config) Validate(prefix string) error {
 	}
 	if c.ProbeTimeoutMs == 0 || c.ProbeTimeoutMs > c.ProbeIntervalMs {
 		return config.Errorf(p("probe_timeout_ms"), "%d is outside 1..=probe_interval_ms (%d)", c.ProbeTimeoutMs, c.ProbeIntervalMs)
+	}
+	if c.Burst < 1 || c.Burst > MaxBurst {
+		return config.Errorf(p("burst"), "%d is outside 1..=%d", c.Burst, MaxBurst)
 	}
 	half := c.DeltaMs / 2
 	for _, lim := range []struct {

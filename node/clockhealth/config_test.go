@@ -20,7 +20,7 @@ func TestConfigDefaults(t *testing.T) {
 		if c.MaxRTTMs != tc.quarter || c.MaxUncertaintyMs != tc.quarter || c.MaxOffsetMs != tc.quarter {
 			t.Fatalf("Δ %d: limits %d/%d/%d, want %d", tc.delta, c.MaxRTTMs, c.MaxUncertaintyMs, c.MaxOffsetMs, tc.quarter)
 		}
-		if c.StalenessMs != 3000 || c.ProbeIntervalMs != 1000 || c.ProbeTimeoutMs != 500 || c.MaxSourceAgeMs != 120000 || c.MaxDriftPPM != 500 {
+		if c.StalenessMs != 3000 || c.ProbeIntervalMs != 1000 || c.ProbeTimeoutMs != 500 || c.Burst != 3 || c.MaxSourceAgeMs != 120000 || c.MaxDriftPPM != 500 {
 			t.Fatalf("defaults %+v", c)
 		}
 		if err := c.Validate("clock"); err != nil {
@@ -66,6 +66,10 @@ func TestConfigLimitsAtEdges(t *testing.T) {
 		{"probe_timeout_ms 0", func(c *clockhealth.Config) { c.ProbeTimeoutMs = 0 }, "clock.probe_timeout_ms"},
 		{"probe_timeout_ms = interval", func(c *clockhealth.Config) { c.ProbeTimeoutMs = 1000 }, ""},
 		{"probe_timeout_ms > interval", func(c *clockhealth.Config) { c.ProbeTimeoutMs = 1001 }, "clock.probe_timeout_ms"},
+		{"burst 0", func(c *clockhealth.Config) { c.Burst = 0 }, "clock.burst"},
+		{"burst 1", func(c *clockhealth.Config) { c.Burst = 1 }, ""},
+		{"burst 8", func(c *clockhealth.Config) { c.Burst = 8 }, ""},
+		{"burst 9", func(c *clockhealth.Config) { c.Burst = 9 }, "clock.burst"},
 		{"agent_addr ok", func(c *clockhealth.Config) { c.AgentAddr = "10.0.0.1:7970" }, ""},
 		{"agent_addr no port", func(c *clockhealth.Config) { c.AgentAddr = "10.0.0.1" }, "clock.agent_addr"},
 		{"agent_addr port 0", func(c *clockhealth.Config) { c.AgentAddr = "10.0.0.1:0" }, "clock.agent_addr"},

@@ -18,6 +18,14 @@
 //     included), rtt, offset, bound. Per evaluation: bound (no step seen),
 //     stale, rollback, then step (a bound pushed past Δ/2 while
 //     |Δwall − Δmono| > 1 ms since the sample).
+//   - A probe round is a burst per agent (SPEC §3.1): up to clock.burst
+//     exchanges, one after another, until one is within every limit. Only
+//     slow exchanges (rtt over, or offset/bound over only by the exchange's
+//     delay) and incomplete ones (connect, timeout, io) are tried again;
+//     any other failure latches at once, wherever it falls in the burst.
+//     A round never runs past the staleness window's end (roundBudget).
+//   - e_ns and the running bound are summed in ns and rounded up to ms once
+//     per evaluation (bound.go), never term by term.
 //   - FAILED is a latch: the first failure wins, nothing clears it.
 //   - Every evaluation (Check, Status, the watchdog, a new sample)
 //     reads both clocks under one mutex, so "between two evaluations"

@@ -179,6 +179,12 @@ func TestMetricsPreRegistered(t *testing.T) {
 			t.Fatalf("clock_samples_total{result=%q} missing", r)
 		}
 	}
+	for _, r := range []string{"ok", "slow", "incomplete", "size", "format", "version", "nonce", "mac", "unsynced",
+		"source_age", "uncertainty", "offset", "bound"} {
+		if _, ok := metric(t, hs.reg, "clock_exchanges_total", "result", r); !ok {
+			t.Fatalf("clock_exchanges_total{result=%q} missing", r)
+		}
+	}
 	for _, name := range []string{"clock_health_state", "clock_error_bound_ms", "clock_sample_rtt_ms", "clock_dev_reference"} {
 		if _, ok := metric(t, hs.reg, name, "", ""); !ok {
 			t.Fatalf("%s missing", name)

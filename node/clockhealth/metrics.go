@@ -15,18 +15,27 @@ const (
 	StateHealthy  = 1
 )
 
-// ResultOK is the clock_samples_total result label of a healthy sample; the
-// other results are the SPEC §1.5 reasons.
+// ResultOK is the clock_samples_total and clock_exchanges_total result label
+// of a sample within every limit; clock_samples_total's other results are
+// the SPEC §1.5 reasons.
 const ResultOK = "ok"
 
+// clock_exchanges_total's results besides ok and the reasons of an exchange
+// that fails the node at once (SPEC §3.1).
+const (
+	ResultSlow       = "slow"       // tried again: rtt over, or over a limit only by the exchange's delay
+	ResultIncomplete = "incomplete" // tried again: connect, timeout, io
+)
+
 type metrics struct {
-	state    prometheus.Gauge
-	bound    prometheus.Gauge
-	rtt      prometheus.Gauge
-	dev      prometheus.Gauge
-	limit    prometheus.Gauge
-	samples  map[string]prometheus.Counter          // by result
-	failures map[protocol.Reason]prometheus.Counter // by reason
+	state     prometheus.Gauge
+	bound     prometheus.Gauge
+	rtt       prometheus.Gauge
+	dev       prometheus.Gauge
+	limit     prometheus.Gauge
+	samples   map[string]prometheus.Counter          // by result
+	exchanges map[string]prometheus.Counter          // by class: ok, slow, incomplete or a fatal reason
+	failures  map[protocol.Reason]prometheus.Counter // by reason
 }
 
 // newMetrics builds the clock metrics of SPEC §5 and registers them on reg
@@ -44,7 +53,7 @@ func newMetrics(reg prometheus.Registerer, dev bool, deltaMs uint64) (*metrics, 
 		}),
 		rtt: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "clock_sample_rtt_ms",
-			Help: "Round-trip time of the last healthy clock sample, ms.",
+			Help: "Round-trip time of the sample the last healthy round kept (the first of its burst within every limit), ms.",
 		}),
 		dev: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "clock_dev_reference",
@@ -54,8 +63,9 @@ func newMetrics(reg prometheus.Registerer, dev bool, deltaMs uint64) (*metrics, 
 			Name: "clock_bound_limit_ms",
 			Help: "Delta/2, ms: the largest clock_error_bound_ms that is healthy (SPEC 3.2); alerts and dashboards compare the bound with it.",
 		}),
-		samples:  map[string]prometheus.Counter{},
-		failures: map[protocol.Reason]prometheus.Counter{},
+		samples:   map[string]prometheus.Counter{},
+		exchanges: map[string]prometheus.Counter{},
+		failures:  map[protocol.Reason]prometheus.Counter{},
 	}
 	m.limit.Set(float64(deltaMs / 2))
 	samples := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -66,16 +76,26 @@ func newMetrics(reg prometheus.Registerer, dev bool, deltaMs uint64) (*metrics, 
 		Name: "clock_failures_total",
 		Help: "Transitions to FAILED by SPEC 1.5 reason (at most one per process: FAILED is terminal).",
 	}, []string{"reason"})
+	exchanges := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "clock_exchanges_total",
+		Help: "Clock exchanges by what they meant for their burst (SPEC 3.1): ok (kept), slow or incomplete (tried again), or the SPEC 1.5 reason of one that failed the node at once.",
+	}, []string{"result"})
 	m.samples[ResultOK] = samples.WithLabelValues(ResultOK)
+	for _, r := range []string{ResultOK, ResultSlow, ResultIncomplete} {
+		m.exchanges[r] = exchanges.WithLabelValues(r)
+	}
 	for _, r := range protocol.Reasons() {
 		m.samples[string(r)] = samples.WithLabelValues(string(r))
 		m.failures[r] = failures.WithLabelValues(string(r))
+		if fatalReason(r) {
+			m.exchanges[string(r)] = exchanges.WithLabelValues(string(r))
+		}
 	}
 	if dev {
 		m.dev.Set(1)
 	}
 	if reg != nil {
-		all := []prometheus.Collector{m.state, m.bound, m.rtt, m.dev, m.limit, samples, failures}
+		all := []prometheus.Collector{m.state, m.bound, m.rtt, m.dev, m.limit, samples, exchanges, failures}
 		for i, c := range all {
 			if err := reg.Register(c); err != nil {
 				for _, done := range all[:i] {
@@ -88,8 +108,34 @@ func newMetrics(reg prometheus.Registerer, dev bool, deltaMs uint64) (*metrics, 
 	return m, nil
 }
 
-func (m *metrics) sample(result string) {
-	if c, ok := m.samples[result]; ok {
-		c.Inc()
+// fatalReason reports the reasons an exchange can fail the node with at
+// once: size … bound but rtt (slow), not the incomplete ones nor those of
+// an evaluation between samples.
+func fatalReason(r protocol.Reason) bool {
+	switch r {
+	case protocol.ReasonConnect, protocol.ReasonTimeout, protocol.ReasonIO, protocol.ReasonRTT,
+		protocol.ReasonStale, protocol.ReasonRollback, protocol.ReasonStep:
+		return false
+	}
+	return true
+}
+
+// exchange counts one exchange in clock_samples_total (its SPEC §1.5
+// reason) and clock_exchanges_total (what it meant for its burst).
+func (m *metrics) exchange(x *exchange) {
+	result, class := ResultOK, ResultOK
+	if x.err != nil {
+		result, class = string(x.err.Reason), string(x.err.Reason)
+	}
+	switch x.class {
+	case classSlow:
+		class = ResultSlow
+	case classIncomplete:
+		class = ResultIncomplete
+	}
+	for _, c := range [...]prometheus.Counter{m.samples[result], m.exchanges[class]} {
+		if c != nil {
+			c.Inc()
+		}
 	}
 }

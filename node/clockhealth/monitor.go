@@ -69,14 +69,15 @@ type Monitor struct {
 	staleNs    int64
 
 	probeMu sync.Mutex // one round at a time
+	randMu  sync.Mutex // one nonce reader at a time
 
 	mu        sync.Mutex
 	lastWall  int64 // the previous evaluation's wall reading (rollback check)
 	baseWall  int64 // host mode: the readings the host watcher started from
 	baseMono  int64
-	startMono int64 // agent mode: staleness reference before the first sample
-	have      bool  // a healthy sample is installed
-	eb        uint64
+	startMono int64  // agent mode: staleness reference before the first sample
+	have      bool   // a healthy sample is installed
+	eNs       uint64 // the installed sample's e_ns (SPEC §3.1), before rounding
 	w1, m1    int64
 	last      SampleStatus
 	boundMs   uint64
@@ -182,7 +183,11 @@ func New(opts Options) (*Monitor, error) {
 		m.detail = fmt.Sprintf("waiting for %d consecutive healthy samples", ClockCheckSamples)
 		m.met.state.Set(StateChecking)
 		m.log.Info("clock health: probing agents", "delta_ms", cfg.DeltaMs, "agents", strings.Join(cfg.Agents(), ","),
-			"rotation", len(opts.NextSecret) > 0, "dev_reference", cfg.DevReference)
+			"burst", cfg.Burst, "rotation", len(opts.NextSecret) > 0, "dev_reference", cfg.DevReference)
+		if worst := cfg.ProbeIntervalMs + cfg.Burst*cfg.ProbeTimeoutMs; worst > cfg.StalenessMs {
+			m.log.Info("clock health: a burst whose every exchange times out would outlast the staleness window; such a round is cut at its end (stale)",
+				"probe_interval_ms", cfg.ProbeIntervalMs, "burst", cfg.Burst, "probe_timeout_ms", cfg.ProbeTimeoutMs, "staleness_ms", cfg.StalenessMs)
+		}
 	}
 	if cfg.DevReference {
 		m.log.Warn("clock health: DEV REFERENCE: clock.dev_reference is set, samples come from a development agent (dev_key), not a trusted time source")
@@ -368,7 +373,7 @@ func (m *Monitor) evaluateLocked(w, mo int64) *protocol.Error {
 		step = protocol.IsStep(sw, sm)
 	case m.have:
 		sw, sm := w-m.w1, mo-m.m1
-		bound = protocol.RunningBound(m.eb, sw, sm, m.cfg.MaxDriftPPM)
+		bound = runningBound(m.eNs, sw, sm, m.cfg.MaxDriftPPM)
 		step = protocol.IsStep(sw, sm)
 		sinceMono = sm
 		stale = sm > m.staleNs
@@ -415,11 +420,12 @@ func (m *Monitor) afterFail(e *Error) {
 	close(m.failedCh)
 }
 
-// Probe runs one probe round now (SPEC §3.1): every agent once, in
-// parallel, each under its own deadline. It returns nil when an agent gave a
-// healthy sample and no agent gave an invalid or dishonest one, and
-// otherwise the latched *Error. A round cut short by ctx returns ctx.Err()
-// and counts for nothing. In host mode it is Check.
+// Probe runs one probe round now (SPEC §3.1): a burst of up to
+// clock.burst exchanges per agent, the agents in parallel, within the
+// round's deadline (roundBudget). It returns nil when an agent gave a sample
+// within every limit and no exchange was invalid, dishonest or out of limits
+// whatever its delay, and otherwise the latched *Error. A round cut short by
+// ctx returns ctx.Err() and counts for nothing. In host mode it is Check.
 func (m *Monitor) Probe(ctx context.Context) error {
 	if m.host {
 		return m.Check()
@@ -429,55 +435,45 @@ func (m *Monitor) Probe(ctx context.Context) error {
 	}
 	m.probeMu.Lock()
 	defer m.probeMu.Unlock()
-	xs, err := m.round(ctx)
+	budget := m.roundBudget()
+	if budget <= 0 { // the staleness window closed before this round began
+		if err := m.Check(); err != nil && !errors.Is(err, ErrClockCheck) {
+			return err
+		}
+		budget = m.timeout
+	}
+	bursts, expired, err := m.round(ctx, budget)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	var good, bad, unreach *exchange
-	nUnreach := 0
-	if err == nil {
+	v := m.judge(bursts)
+	m.mu.Lock()
+	for _, xs := range bursts {
 		for i := range xs {
-			x := &xs[i]
-			switch {
-			case x.err == nil:
-				m.met.sample(ResultOK)
-				if good == nil || x.s.ErrorBoundMs < good.s.ErrorBoundMs {
-					good = x
-				}
-			case x.unreachable():
-				m.met.sample(string(x.err.Reason))
-				nUnreach++
-				if unreach == nil {
-					unreach = x
-				}
-			default:
-				m.met.sample(string(x.err.Reason))
-				if bad == nil {
-					bad = x
-				}
-			}
+			m.tallyLocked(&xs[i])
+		}
+	}
+	m.mu.Unlock()
+	if err == nil && v.good == nil && v.fatal == nil && expired {
+		// The round's deadline is the staleness window's end: what failed is
+		// staleness, once the evaluation sees it.
+		if e := m.Check(); e != nil && !errors.Is(e, ErrClockCheck) {
+			return e
 		}
 	}
 
 	m.mu.Lock()
-	for i := range xs {
-		m.tallyLocked(&xs[i])
-	}
 	var e *Error
 	var first bool
 	switch {
 	case err != nil: // the nonce source failed: fail closed
 		e, first = m.latchLocked(asProtocolError(err, protocol.ReasonIO), "")
-	case bad != nil: // SPEC §3.1: a lying agent is never outvoted
-		e, first = m.latchLocked(bad.err, m.agents[bad.agent].addr)
-	case good == nil:
-		perr := unreach.err
-		if len(xs) > 1 {
-			perr = protocol.Wrap(perr.Reason, fmt.Sprintf("no agent answered (%d of %d unreachable)", nUnreach, len(xs)), perr)
-		}
-		e, first = m.latchLocked(perr, m.agents[unreach.agent].addr)
+	case v.fatal != nil: // SPEC §3.1: a burst never outvotes a bad answer
+		e, first = m.latchLocked(v.fatal.err, m.agents[v.fatal.agent].addr)
+	case v.good == nil:
+		e, first = m.latchLocked(v.failure(len(m.agents)), m.agents[v.pick.agent].addr)
 	default:
-		e, first = m.acceptLocked(good)
+		e, first = m.acceptLocked(v.good)
 	}
 	m.mu.Unlock()
 	if first {
@@ -486,10 +482,95 @@ func (m *Monitor) Probe(ctx context.Context) error {
 	if e != nil {
 		return e
 	}
-	if good != nil {
-		m.met.rtt.Set(float64(good.s.RTTMs))
-	}
+	m.met.rtt.Set(float64(v.good.s.RTTMs))
 	return nil
+}
+
+// roundBudget is the round's deadline (SPEC §3.1, §3.3-4), from now: the
+// end of the staleness window, staleness_ms after the last healthy sample
+// (before the first one, after Start). A burst never runs past it — beyond
+// it the node is stale whatever the burst finds — and up to it a burst may
+// use every exchange it has, though that outlasts the probe interval (the
+// next round then starts when this one ends; ticks are not queued up).
+func (m *Monitor) roundBudget() time.Duration {
+	m.mu.Lock()
+	ref := m.startMono
+	if m.have {
+		ref = m.m1
+	}
+	m.mu.Unlock()
+	return time.Duration(ref + m.staleNs - m.mono.NowNs())
+}
+
+// verdict is what a round's exchanges come to (SPEC §3.1).
+type verdict struct {
+	good    *exchange // the sample within every limit with the smallest e_ns (first agent on a tie)
+	fatal   *exchange // the first exchange that fails the node at once
+	pick    *exchange // no good sample: the exchange whose reason the round fails with
+	n       int       // exchanges in the round
+	unreach int       // agents none of whose exchanges completed
+}
+
+// judge counts a round's exchanges (metrics) and finds its verdict. With no
+// good sample the round fails with the reason of its completed exchange
+// with the smallest rtt (the minimum-delay filter), or, when none
+// completed, of the incomplete exchange that took the least time; ties go
+// to the earlier exchange.
+func (m *Monitor) judge(bursts [][]exchange) (v verdict) {
+	for _, xs := range bursts {
+		reached := false
+		for i := range xs {
+			x := &xs[i]
+			v.n++
+			m.met.exchange(x)
+			switch x.class {
+			case classOK:
+				if v.good == nil || x.eNs < v.good.eNs {
+					v.good = x
+				}
+			case classFatal:
+				if v.fatal == nil {
+					v.fatal = x
+				}
+			case classSlow:
+				if v.pick == nil || v.pick.class == classIncomplete || x.rttNs < v.pick.rttNs {
+					v.pick = x
+				}
+			case classIncomplete:
+				if v.pick == nil || v.pick.class == classIncomplete && x.rttNs < v.pick.rttNs {
+					v.pick = x
+				}
+			}
+			reached = reached || x.class != classIncomplete
+		}
+		if !reached {
+			v.unreach++
+		}
+	}
+	return v
+}
+
+// failure is the error of a round without a good sample: the picked
+// exchange's, saying how many exchanges (and agents) the round tried. A
+// round of one exchange fails with that exchange's error as it is.
+func (v *verdict) failure(agents int) *protocol.Error {
+	x := v.pick.err
+	switch {
+	case v.n == 1:
+		return x
+	case agents > 1 && v.unreach == agents:
+		return protocol.Wrap(x.Reason, fmt.Sprintf("no agent answered (%d of %d unreachable)", v.unreach, agents), x)
+	}
+	var note string
+	switch {
+	case agents > 1:
+		note = fmt.Sprintf("the best of %d exchanges with %d agents, none usable; %d agents unreachable", v.n, agents, v.unreach)
+	case v.pick.class == classIncomplete:
+		note = fmt.Sprintf("none of %d exchanges completed", v.n)
+	default:
+		note = fmt.Sprintf("the smallest rtt of %d exchanges, none usable", v.n)
+	}
+	return protocol.Wrap(x.Reason, x.Detail+" ("+note+")", x.Err)
 }
 
 // acceptLocked installs a healthy sample as the running bound's base and
@@ -499,7 +580,14 @@ func (m *Monitor) acceptLocked(x *exchange) (*Error, bool) {
 	if m.failErr != nil {
 		return m.failErr, false
 	}
-	m.have, m.eb, m.w1, m.m1, m.last = true, x.s.ErrorBoundMs, x.w1, x.m1, x.s
+	ref := m.startMono
+	if m.have {
+		ref = m.m1
+	}
+	if gap := x.m1 - ref; gap > m.staleNs { // SPEC §3.3-4: the window closed before this sample came
+		return m.latchLocked(protocol.Errorf(protocol.ReasonStale, "no healthy sample for %d ms > staleness_ms %d", gap/1e6, m.cfg.StalenessMs), "")
+	}
+	m.have, m.eNs, m.w1, m.m1, m.last = true, x.eNs, x.w1, x.m1, x.s
 	w, mo := m.readClocks()
 	if perr := m.evaluateLocked(w, mo); perr != nil {
 		return m.latchLocked(perr, "")
@@ -517,26 +605,32 @@ func (m *Monitor) acceptLocked(x *exchange) (*Error, bool) {
 	return nil, false
 }
 
+// tallyLocked counts one exchange in its agent's status and logs the ones
+// the burst tried again.
 func (m *Monitor) tallyLocked(x *exchange) {
 	a := &m.agents[x.agent].st
 	a.Exchanges++
 	a.LastAtUnixMs = x.s.AtUnixMs
-	switch {
-	case x.err == nil:
+	if x.class == classOK {
 		a.OK++
 		a.ConsecutiveUnreachable = 0
 		a.LastResult, a.LastError = ResultOK, ""
-	default:
-		if x.unreachable() {
-			a.Unreachable++
-			a.ConsecutiveUnreachable++
-			m.log.Warn("clock health: agent unreachable", "agent", a.Addr, "reason", string(x.err.Reason),
-				"consecutive", a.ConsecutiveUnreachable, "err", x.err.Error())
-		} else {
-			a.ConsecutiveUnreachable = 0
-		}
-		a.LastResult, a.LastError = string(x.err.Reason), x.err.Error()
+		return
 	}
+	switch x.class {
+	case classIncomplete:
+		a.Unreachable++
+		a.ConsecutiveUnreachable++
+		m.log.Warn("clock health: agent unreachable", "agent", a.Addr, "reason", string(x.err.Reason),
+			"consecutive", a.ConsecutiveUnreachable, "err", x.err.Error())
+	case classSlow:
+		a.ConsecutiveUnreachable = 0
+		m.log.Info("clock health: slow exchange", "agent", a.Addr, "reason", string(x.err.Reason),
+			"rtt_ms", x.s.RTTMs, "err", x.err.Error())
+	default:
+		a.ConsecutiveUnreachable = 0
+	}
+	a.LastResult, a.LastError = string(x.err.Reason), x.err.Error()
 }
 
 // Status evaluates the clock now (as Check) and returns a snapshot for

@@ -5,32 +5,32 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tckclk/tckclk/protocol"
 )
 
+// class is what one exchange means for its round (SPEC §3.1).
+type class uint8
+
+const (
+	classOK         class = iota // within every limit: the burst keeps it and stops
+	classSlow                    // rtt over max_rtt_ms, or offset/bound over only by the exchange's delay: tried again
+	classIncomplete              // connect, timeout, io: tried again
+	classFatal                   // invalid, dishonest or out of limits whatever the delay: fails the node at once
+)
+
 // exchange is the outcome of one TCKCLK/2 exchange with one agent.
 type exchange struct {
 	agent int // index into Monitor.agents
-	err   *protocol.Error
+	class class
+	err   *protocol.Error // nil exactly when class is classOK
 	s     SampleStatus
-	w1    int64 // wall ns when the LF arrived
-	m1    int64 // monotonic ns when the LF arrived (t_sample)
-}
-
-// unreachable reports whether the agent could not be reached (SPEC §3.1):
-// such agents are counted and fail the round only when none answers. Every
-// other reason is an invalid or dishonest answer and fails the node at once.
-func (x *exchange) unreachable() bool {
-	if x.err == nil {
-		return false
-	}
-	switch x.err.Reason {
-	case protocol.ReasonConnect, protocol.ReasonTimeout, protocol.ReasonIO:
-		return true
-	}
-	return false
+	w1    int64  // wall ns when the LF arrived
+	m1    int64  // monotonic ns when the LF arrived (t_sample)
+	eNs   uint64 // SPEC §3.1 e_ns, before its rounding (set once the sample was checked)
+	rttNs uint64 // m1 − m0; for an incomplete exchange, the time it took to fail
 }
 
 // ioReason classifies a write or deadline-setting error as timeout or io.
@@ -50,9 +50,10 @@ func asProtocolError(err error, fallback protocol.Reason) *protocol.Error {
 	return protocol.Wrap(fallback, "", err)
 }
 
-// exchangeOne runs one exchange (SPEC §1.1, §3.1) under its own deadline and
-// applies the sample checks of SPEC §3.3 in order. It reads at most 257
-// bytes of line plus one byte while waiting for EOF.
+// exchangeOne runs one exchange (SPEC §1.1, §3.1) under its own deadline
+// (the probe timeout, cut short by the round's deadline in ctx), applies the
+// sample checks of SPEC §3.3 in order and classifies it. It reads at most
+// 257 bytes of line plus one byte while waiting for EOF.
 func (m *Monitor) exchangeOne(ctx context.Context, idx int, nonce protocol.Nonce) (x exchange) {
 	addr := m.agents[idx].addr
 	x.agent = idx
@@ -61,26 +62,39 @@ func (m *Monitor) exchangeOne(ctx context.Context, idx int, nonce protocol.Nonce
 	defer cancel()
 
 	_, m0 := m.readClocks()
+	x.err = m.converse(ctx, &x, addr, nonce, m0)
+	switch {
+	case x.err == nil:
+		x.class = classOK
+	case x.class == classSlow:
+	case incomplete(x.err.Reason):
+		x.class = classIncomplete
+		x.rttNs = uint64(max(0, m.mono.NowNs()-m0))
+	default:
+		x.class = classFatal
+	}
+	return x
+}
+
+// converse is exchangeOne's I/O and checks; a slow sample sets x.class.
+func (m *Monitor) converse(ctx context.Context, x *exchange, addr string, nonce protocol.Nonce, m0 int64) *protocol.Error {
 	conn, err := m.dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		x.err = protocol.Wrap(protocol.ReasonConnect, "dial "+addr, err)
-		return x
+		return protocol.Wrap(protocol.ReasonConnect, "dial "+addr, err)
 	}
 	defer conn.Close()
 	// The exchange deadline covers the write, the line and the EOF after it;
 	// cancelling ctx (Close) cuts it short through the same deadline.
 	deadline, _ := ctx.Deadline()
 	if err := conn.SetDeadline(deadline); err != nil {
-		x.err = ioReason("setting the exchange deadline", err)
-		return x
+		return ioReason("setting the exchange deadline", err)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(aLongTimeAgo) })
 	defer stop()
 
 	var req [protocol.RequestLen]byte
 	if _, err := conn.Write(protocol.AppendRequest(req[:0], protocol.Request{Nonce: nonce})); err != nil {
-		x.err = ioReason("writing the request", err)
-		return x
+		return ioReason("writing the request", err)
 	}
 	lr := protocol.NewLineReader(conn)
 	line, err := lr.ReadLine()
@@ -88,45 +102,55 @@ func (m *Monitor) exchangeOne(ctx context.Context, idx int, nonce protocol.Nonce
 	x.w1, x.m1 = w1, m1
 	x.s.AtUnixMs = w1 / 1e6
 	if err != nil {
-		x.err = asProtocolError(err, protocol.ReasonIO)
-		return x
+		return asProtocolError(err, protocol.ReasonIO)
 	}
 	resp, err := protocol.ParseVerify(line, nonce, m.keys)
 	if err != nil {
-		x.err = asProtocolError(err, protocol.ReasonFormat)
-		if x.err.Reason == protocol.ReasonMAC && m.devHint != nil {
+		perr := asProtocolError(err, protocol.ReasonFormat)
+		if perr.Reason == protocol.ReasonMAC && m.devHint != nil {
 			if _, derr := protocol.ParseVerify(line, nonce, m.devHint); derr == nil {
-				x.err = protocol.Wrap(protocol.ReasonMAC, "MAC does not verify under the secret, but is valid under dev_key: the agent is a "+
-					"--dev development reference; point clock.agent_addr at a real agent, or (development only) set clock.dev_reference: true", x.err)
+				perr = protocol.Wrap(protocol.ReasonMAC, "MAC does not verify under the secret, but is valid under dev_key: the agent is a "+
+					"--dev development reference; point clock.agent_addr at a real agent, or (development only) set clock.dev_reference: true", perr)
 			}
 		}
-		return x
+		return perr
 	}
 	if err := lr.ExpectEOF(); err != nil {
-		x.err = asProtocolError(err, protocol.ReasonIO)
-		return x
+		return asProtocolError(err, protocol.ReasonIO)
 	}
-	rtt := m1 - m0
-	if rtt < 0 { // a monotonic clock never goes back; be safe anyway
-		rtt = 0
+	x.rttNs = uint64(max(0, m1-m0)) // a monotonic clock never goes back; be safe anyway
+	return m.checkSample(x, &resp)
+}
+
+// incomplete reports the reasons of an exchange that could not complete
+// (SPEC §3.1): tried again within the burst; from several agents, counted
+// and shown, failing the round only when no agent answers.
+func incomplete(r protocol.Reason) bool {
+	switch r {
+	case protocol.ReasonConnect, protocol.ReasonTimeout, protocol.ReasonIO:
+		return true
 	}
-	x.err = m.checkSample(&x.s, &resp, uint64(rtt), w1)
-	return x
+	return false
 }
 
 // aLongTimeAgo is a deadline in the past, to abort blocked I/O at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
-// checkSample fills s and applies the sample checks of SPEC §3.3 in their
-// listed order: unsynced, source_age, uncertainty (including synced=1 with
-// u=0), rtt, offset (including arithmetic overflow), bound.
-func (m *Monitor) checkSample(s *SampleStatus, r *protocol.Response, rttNs uint64, w1 int64) *protocol.Error {
+// checkSample fills x's sample and applies the sample checks of SPEC §3.3:
+// unsynced, source_age, uncertainty (including synced=1 with u=0) fail at
+// once; then an offset or bound over its limit even with the exchange's
+// delay taken out (|w1 − R| − rtt > max_offset_ms; error_bound − 2×rtt >
+// Δ/2, SPEC §3.1) fails at once too, as does arithmetic overflow (offset);
+// what is left over a limit — rtt, offset, bound, in that order — is slow
+// (x.class = classSlow) and tried again.
+func (m *Monitor) checkSample(x *exchange, r *protocol.Response) *protocol.Error {
+	s := &x.s
 	s.ReferenceUnixMs = r.ReferenceUnixMs
 	s.UncertaintyMs = r.UncertaintyMs
 	s.SourceAgeMs = r.SourceAgeMs
-	eb, rttMs, offMs, ok := protocol.ErrorBound(protocol.Sample{
-		RTTNs: rttNs, UncertaintyMs: r.UncertaintyMs, W1UnixNs: w1, ReferenceUnixMs: r.ReferenceUnixMs,
-	})
+	eNs, offNs, ok := sampleError(x.rttNs, r.UncertaintyMs, x.w1, r.ReferenceUnixMs)
+	rttMs, offMs, eb := protocol.CeilMs(x.rttNs), protocol.CeilMs(offNs), protocol.CeilMs(eNs)
+	x.eNs = eNs
 	s.RTTMs, s.OffsetMs, s.ErrorBoundMs = rttMs, offMs, eb
 	c := &m.cfg
 	switch {
@@ -138,52 +162,100 @@ func (m *Monitor) checkSample(s *SampleStatus, r *protocol.Response, rttNs uint6
 		return protocol.Errorf(protocol.ReasonUncertainty, "synced=1 with uncertainty_ms 0 (an honest bound is never zero)")
 	case r.UncertaintyMs > c.MaxUncertaintyMs:
 		return protocol.Errorf(protocol.ReasonUncertainty, "uncertainty_ms %d > max_uncertainty_ms %d", r.UncertaintyMs, c.MaxUncertaintyMs)
-	case rttMs > c.MaxRTTMs:
-		return protocol.Errorf(protocol.ReasonRTT, "rtt %d ms > max_rtt_ms %d", rttMs, c.MaxRTTMs)
 	case !ok:
 		return protocol.Errorf(protocol.ReasonOffset, "|w1 − R| or the error bound overflows u64 (R=%d)", r.ReferenceUnixMs)
-	case offMs > c.MaxOffsetMs:
-		return protocol.Errorf(protocol.ReasonOffset, "|w1 − R| = %d ms > max_offset_ms %d", offMs, c.MaxOffsetMs)
-	case eb > m.halfDelta:
-		return protocol.Errorf(protocol.ReasonBound, "error bound %d ms > Δ/2 = %d ms", eb, m.halfDelta)
+	case subSat(offMs, rttMs) > c.MaxOffsetMs:
+		return protocol.Errorf(protocol.ReasonOffset, "|w1 − R| = %d ms > max_offset_ms %d, even with the exchange's rtt (%d ms) taken out", offMs, c.MaxOffsetMs, rttMs)
+	case subSat(eb, 2*rttMs) > m.halfDelta:
+		return protocol.Errorf(protocol.ReasonBound, "error bound %d ms > Δ/2 = %d ms, even with twice the exchange's rtt (%d ms) taken out", eb, m.halfDelta, rttMs)
 	}
+	x.class = classSlow
+	switch {
+	case rttMs > c.MaxRTTMs:
+		return protocol.Errorf(protocol.ReasonRTT, "rtt %d ms > max_rtt_ms %d", rttMs, c.MaxRTTMs)
+	case offMs > c.MaxOffsetMs:
+		return protocol.Errorf(protocol.ReasonOffset, "|w1 − R| = %d ms > max_offset_ms %d, within the exchange's rtt (%d ms) of it", offMs, c.MaxOffsetMs, rttMs)
+	case eb > m.halfDelta:
+		return protocol.Errorf(protocol.ReasonBound, "error bound %d ms > Δ/2 = %d ms, within twice the exchange's rtt (%d ms) of it", eb, m.halfDelta, rttMs)
+	}
+	x.class = classOK
 	return nil
 }
 
-// round probes every agent once, concurrently, each under its own deadline,
-// and returns the exchanges in configuration order. Nonces are drawn here,
-// one fresh nonce per exchange, so the random source is read by one goroutine.
-func (m *Monitor) round(ctx context.Context) ([]exchange, error) {
-	nonces := make([]protocol.Nonce, len(m.agents))
-	for i := range nonces {
-		n, err := protocol.NonceFrom(m.rand)
-		if err != nil {
-			return nil, err
+// subSat is a − b, or 0 when b > a.
+func subSat(a, b uint64) uint64 {
+	if b > a {
+		return 0
+	}
+	return a - b
+}
+
+// burst runs up to clock.burst exchanges with agent idx, one after another,
+// each with a fresh nonce (SPEC §3.1). It stops at the first sample within
+// every limit, at the first fatal one, when ctx ends (the round's deadline),
+// or — after the first exchange — once another agent of the round gave a
+// sample within every limit (done). With several agents a fatal exchange
+// fails the node here, at once, not when the round's slowest agent is done.
+func (m *Monitor) burst(ctx context.Context, idx int, done *atomic.Bool) ([]exchange, error) {
+	xs := make([]exchange, 0, m.cfg.Burst)
+	for i := uint64(0); i < m.cfg.Burst; i++ {
+		if i > 0 && (ctx.Err() != nil || done.Load()) {
+			break
 		}
-		nonces[i] = n
-	}
-	out := make([]exchange, len(m.agents))
-	if len(m.agents) == 1 {
-		out[0] = m.exchangeOne(ctx, 0, nonces[0])
-		return out, nil
-	}
-	var wg sync.WaitGroup
-	for i := range m.agents {
-		wg.Go(func() {
-			x := m.exchangeOne(ctx, i, nonces[i])
-			if x.err != nil && !x.unreachable() && ctx.Err() == nil {
-				// SPEC §3.1: a lying agent fails the node at once, not
-				// when the slowest agent of the round has answered.
+		nonce, err := m.nonce()
+		if err != nil {
+			return xs, err
+		}
+		x := m.exchangeOne(ctx, idx, nonce)
+		xs = append(xs, x)
+		switch x.class {
+		case classOK:
+			done.Store(true)
+			return xs, nil
+		case classFatal:
+			if len(m.agents) > 1 && ctx.Err() == nil {
 				m.mu.Lock()
-				e, first := m.latchLocked(x.err, m.agents[i].addr)
+				e, first := m.latchLocked(x.err, m.agents[idx].addr)
 				m.mu.Unlock()
 				if first {
 					m.afterFail(e)
 				}
 			}
-			out[i] = x
-		})
+			return xs, nil
+		}
 	}
-	wg.Wait()
-	return out, nil
+	return xs, nil
+}
+
+// nonce draws a fresh 16-byte nonce (SPEC §1.1) from the nonce source, one
+// reader at a time.
+func (m *Monitor) nonce() (protocol.Nonce, error) {
+	m.randMu.Lock()
+	defer m.randMu.Unlock()
+	return protocol.NonceFrom(m.rand)
+}
+
+// round runs one probe round: a burst per agent, the agents in parallel,
+// every exchange within the round's deadline (budget from now). It returns
+// each agent's exchanges in configuration order, and whether the deadline
+// ended the round.
+func (m *Monitor) round(ctx context.Context, budget time.Duration) (bursts [][]exchange, expired bool, err error) {
+	deadline := time.Now().Add(budget)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	bursts = make([][]exchange, len(m.agents))
+	errs := make([]error, len(m.agents))
+	var done atomic.Bool
+	if len(m.agents) == 1 {
+		bursts[0], errs[0] = m.burst(ctx, 0, &done)
+	} else {
+		var wg sync.WaitGroup
+		for i := range m.agents {
+			wg.Go(func() { bursts[i], errs[i] = m.burst(ctx, i, &done) })
+		}
+		wg.Wait()
+	}
+	// By the clock, not ctx.Err(): an exchange cut at the deadline can
+	// return a moment before ctx's own timer marks it done.
+	return bursts, !time.Now().Before(deadline), errors.Join(errs...)
 }

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tckclk/tckclk/node/api/client"
+	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
+	"github.com/tckclk/tckclk/protocol"
+)
+
+// jitterDuration is how long TestBlackBoxJitteryAgent keeps the jitter up:
+// TCKCLK_JITTER_SECONDS, or 10 s in the default run (docs/testing.md has
+// the 10-minute command).
+func jitterDuration(t *testing.T) time.Duration {
+	s := os.Getenv("TCKCLK_JITTER_SECONDS")
+	if s == "" {
+		return 10 * time.Second
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		t.Fatalf("TCKCLK_JITTER_SECONDS %q: want a whole number of seconds ≥ 1", s)
+	}
+	return time.Duration(n) * time.Second
+}
+
+// metricValue reads one sample line (name with its labels, exactly) from
+// the node's /metrics.
+func metricValue(t *testing.T, p *proc, series string) float64 {
+	t.Helper()
+	resp, err := (&http.Client{Transport: p.tr, Timeout: 10 * time.Second}).Get("http://" + p.addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", series, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("%s not in /metrics", series)
+	return 0
+}
+
+// SPEC §3.1 (issue 24): a real ticketd, default Δ (500 ms: max_rtt_ms
+// 125) and burst (3), probing every 500 ms, against an agent that holds
+// every 4th answer 200 ms (past max_rtt_ms, within the 500 ms exchange
+// deadline). The burst tries each slow exchange again: the node stays
+// healthy — no FAILED line, /readyz 200, grants served — for the whole
+// run, and /metrics counts the slow exchanges. Then the agent lies (a MAC
+// under another key): FAILED (mac) within one interval and timeout, no
+// burst outvotes it. Long run: TCKCLK_JITTER_SECONDS=600 (docs/testing.md).
+func TestBlackBoxJitteryAgent(t *testing.T) {
+	t.Parallel()
+	run := jitterDuration(t)
+	var n, delayed atomic.Int64
+	var lying atomic.Bool
+	wrongKey := protocol.NewKey([]byte("not-the-clock-secret-of-this-node-0123456789"))
+	var a *clockhealthtest.Agent
+	a = clockhealthtest.StartAgent(t, []byte(bbSecret), func(req protocol.Request) clockhealthtest.Reply {
+		if lying.Load() {
+			return clockhealthtest.Reply{Bytes: clockhealthtest.SignedLine(wrongKey, req.Nonce, uint64(time.Now().UnixMilli()), 3, true, 100)}
+		}
+		var before func()
+		if n.Add(1)%4 == 0 {
+			delayed.Add(1)
+			before = func() { time.Sleep(200 * time.Millisecond) } // the jitter under test
+		}
+		return clockhealthtest.Reply{Before: before, Bytes: lineNow(a, req.Nonce, 0, 3, true, 100)}
+	})
+	dir := filepath.Join(t.TempDir(), "data")
+	p, ok := startProc(t, "--config", clockConfig(t, dir, a.Addr(), writeSecret(t, bbSecret), "  probe_interval_ms: 500\n  probe_timeout_ms: 500\n"))
+	if !ok {
+		t.Fatalf("ticketd exited before listening: %v\n%s", <-p.done, p.logText())
+	}
+	if err := p.waitReady(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now().Add(run)
+	grants := 0
+	for i := 0; time.Now().Before(end); i++ {
+		select {
+		case ev := <-p.failedCh:
+			t.Fatalf("FAILED (%s) %v into the jitter (%d answers, %d delayed)", ev.reason, run-time.Until(end), n.Load(), delayed.Load())
+		case <-time.After(250 * time.Millisecond): // the pace of the grants below, not a synchronisation
+		}
+		if _, err := p.c.Grant(context.Background(), fmt.Sprintf("jitter-%d", i), "h", 1); err != nil {
+			t.Fatalf("grant %d under jitter: %v", i, err)
+		}
+		grants++
+	}
+	if _, err := p.c.Ready(context.Background()); err != nil {
+		t.Fatalf("/readyz after %v of jitter: %v", run, err)
+	}
+	slow := metricValue(t, p, `clock_exchanges_total{result="slow"}`)
+	st, err := p.c.Status(context.Background())
+	if err != nil || !st.Clock.Healthy || st.Clock.LastSample == nil || st.Clock.LastSample.RTTMs > 125 {
+		t.Fatalf("clock status %+v (%v)", st.Clock, err)
+	}
+	if delayed.Load() == 0 || slow < 1 || slow > float64(delayed.Load()) {
+		t.Fatalf("%d answers delayed, clock_exchanges_total{slow} %v: want 1..=delayed", delayed.Load(), slow)
+	}
+	t.Logf("%v of jitter: %d answers, %d delayed 200 ms, %v slow exchanges retried, %d grants served, healthy throughout",
+		run, n.Load(), delayed.Load(), slow, grants)
+
+	start := time.Now()
+	lying.Store(true)
+	var ev failedEvent
+	select {
+	case ev = <-p.failedCh:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a lying agent did not fail the node")
+	}
+	if took := ev.at.Sub(start); ev.reason != string(protocol.ReasonMAC) || took > time.Second+detectAllowance {
+		t.Fatalf("FAILED (%s) %v after the agent began to lie; want mac within interval + timeout + %v", ev.reason, took, detectAllowance)
+	}
+	var ce *client.Error
+	if _, err := p.c.Grant(context.Background(), "after", "h", 1); !errors.As(err, &ce) || ce.StatusCode != 503 || ce.Reason != "mac" {
+		t.Fatalf("grant after the lie: %v", err)
+	}
+}
