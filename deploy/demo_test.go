@@ -2,12 +2,14 @@ package deploy_test
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -144,6 +146,41 @@ func withoutClockSecret(env []string) []string {
 // started), then SIGKILL on its process group if it is still there.
 func runDemo(t *testing.T, ports int) ([]int, string) {
 	t.Helper()
+	p, d := runDemoWithLog(t, ports)
+	return p, d.dir
+}
+
+// demoRun is a running demo: its directory and what it has printed.
+type demoRun struct {
+	dir  string
+	mu   sync.Mutex
+	log  strings.Builder
+	more chan struct{} // closed and replaced on every new line
+}
+
+func (d *demoRun) text() string { d.mu.Lock(); defer d.mu.Unlock(); return d.log.String() }
+
+// waitFor waits until the demo has printed s, or within passes.
+func (d *demoRun) waitFor(s string, within time.Duration) bool {
+	deadline := time.After(within)
+	for {
+		d.mu.Lock()
+		found, more := strings.Contains(d.log.String(), s), d.more
+		d.mu.Unlock()
+		if found {
+			return true
+		}
+		select {
+		case <-more:
+		case <-deadline:
+			return false
+		}
+	}
+}
+
+// runDemoWithLog is runDemo that also returns what the demo prints.
+func runDemoWithLog(t *testing.T, ports int) ([]int, *demoRun) {
+	t.Helper()
 	if _, err := exec.LookPath("openssl"); err != nil {
 		t.Skip("openssl is not on PATH: deploy/cluster-keys.sh needs it")
 	}
@@ -167,15 +204,16 @@ func runDemo(t *testing.T, ports int) ([]int, string) {
 	}
 	demoDone := make(chan struct{})
 	running := make(chan struct{})
-	var mu sync.Mutex
-	var log strings.Builder
+	d := &demoRun{dir: work, more: make(chan struct{})}
 	go func() {
 		defer close(demoDone)
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			mu.Lock()
-			log.WriteString(sc.Text() + "\n")
-			mu.Unlock()
+			d.mu.Lock()
+			d.log.WriteString(sc.Text() + "\n")
+			close(d.more)
+			d.more = make(chan struct{})
+			d.mu.Unlock()
 			if strings.HasPrefix(sc.Text(), "running; Ctrl-C") {
 				close(running)
 			}
@@ -183,7 +221,7 @@ func runDemo(t *testing.T, ports int) ([]int, string) {
 		io.Copy(io.Discard, out)
 		demo.Wait()
 	}()
-	logText := func() string { mu.Lock(); defer mu.Unlock(); return log.String() }
+	logText := d.text
 	t.Cleanup(func() {
 		syscall.Kill(-demo.Process.Pid, syscall.SIGINT) // the demo stops what it started
 		select {
@@ -191,6 +229,20 @@ func runDemo(t *testing.T, ports int) ([]int, string) {
 		case <-time.After(30 * time.Second):
 			syscall.Kill(-demo.Process.Pid, syscall.SIGKILL)
 			<-demoDone
+		}
+		// Ctrl-C stops the nodes before the agent: no node may see its
+		// agent gone on its way out.
+		for _, name := range []string{"node-1", "node-2", "node-3"} {
+			b, err := os.ReadFile(filepath.Join(work, "logs", name+".log"))
+			if err != nil {
+				t.Errorf("%s's log: %v", name, err)
+				continue
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.Contains(line, "clock health FAILED") {
+					t.Errorf("%s logged a clock FAILED while the demo stopped (the agent went first?): %s", name, line)
+				}
+			}
 		}
 		if t.Failed() {
 			t.Logf("demo.sh output:\n%s", logText())
@@ -203,5 +255,83 @@ func runDemo(t *testing.T, ports int) ([]int, string) {
 	case <-time.After(3 * time.Minute):
 		t.Fatalf("demo.sh not running after 3 min:\n%s", logText())
 	}
-	return p, work
+	return p, d
+}
+
+// TestDemoRefusesPortsInUse: the demo checks every port it needs before
+// it builds or starts anything, and names the port and the variable that
+// moves it — a second demo must never talk to the first one's cluster.
+func TestDemoRefusesPortsInUse(t *testing.T) {
+	p := freePorts(t, 8)
+	api, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	gossip, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p[4]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gossip.Close()
+	agent, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p[7]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Close()
+	work := filepath.Join(t.TempDir(), "demo")
+	cmd := exec.Command("sh", "demo.sh")
+	cmd.Env = append(os.Environ(), "TCKCLK_DEMO_DIR="+work,
+		"TCKCLK_API_PORTS="+words(p[0:3]), "TCKCLK_GOSSIP_PORTS="+words(p[3:6]),
+		fmt.Sprintf("TCKCLK_AGENT_ADDR=127.0.0.1:%d", p[6]), fmt.Sprintf("TCKCLK_AGENT_HTTP=127.0.0.1:%d", p[7]))
+	out, err := cmd.CombinedOutput()
+	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("demo.sh with ports in use: %v, want exit status 1\n%s", err, out)
+	}
+	text := string(out)
+	for _, want := range []string{
+		fmt.Sprintf("port %d (tcp) is in use", p[1]), "set TCKCLK_API_PORTS",
+		fmt.Sprintf("port %d (udp) is in use", p[4]), "set TCKCLK_GOSSIP_PORTS",
+		fmt.Sprintf("port %d (tcp) is in use", p[7]), "set TCKCLK_AGENT_HTTP",
+		"nothing was started",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+	for _, free := range []int{p[0], p[3], p[6]} {
+		if strings.Contains(text, fmt.Sprintf("port %d ", free)) {
+			t.Errorf("a free port %d was reported in use:\n%s", free, text)
+		}
+	}
+	if _, err := os.Stat(work); !os.IsNotExist(err) {
+		t.Errorf("the demo made %s (built or started something) before refusing: %v", work, err)
+	}
+}
+
+// TestDemoRestartsANodeThatExits: while it runs the demo supervises its
+// nodes as systemd's Restart=on-failure would: a node that dies is said,
+// started again on its data dir, and seen ready again.
+func TestDemoRestartsANodeThatExits(t *testing.T) {
+	p, work := runDemoWithLog(t, 8)
+	pid, err := os.ReadFile(filepath.Join(work.dir, "run", "node-2.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if _, err := fmt.Sscan(string(pid), &n); err != nil {
+		t.Fatalf("node-2.pid %q: %v", pid, err)
+	}
+	if err := syscall.Kill(n, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"node-2 exited with status 137", "starting node-2 again", "-> ready"} {
+		if !work.waitFor(want, 2*time.Minute) {
+			t.Fatalf("the demo never said %q:\n%s", want, work.text())
+		}
+	}
+	if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", p[1]), 5*time.Second); err != nil {
+		t.Errorf("node-2's API after the restart: %v", err)
+	} else {
+		c.Close()
+	}
 }
