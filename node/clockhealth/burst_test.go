@@ -1,11 +1,15 @@
 package clockhealth_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
+	"io"
+	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -536,4 +540,42 @@ func TestBurstJitteryAgent(t *testing.T) {
 	if ok != 40 || slow != 13 {
 		t.Fatalf("clock_exchanges_total ok %v slow %v, want 40 and 13", ok, slow)
 	}
+}
+
+// The debug line of each kept sample carries SPEC §3.1's terms in ns before
+// the one rounding (bench's tightness section breaks the bound into them):
+// rtt 0.4 ms, u 3, |w1 − R| 0.4 ms after a slow first exchange → e_ns 4.8
+// ms, error bound 5, two exchanges.
+func TestKeptSampleDebugLine(t *testing.T) {
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	hs, _ := scripted(t, func(o *clockhealth.Options) {
+		o.Logger = slog.New(slog.NewJSONHandler(lockedWriter{&mu, &buf}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}, step{rtt: 200 * ms}, step{rtt: 400 * time.Microsecond})
+	healthyRound(t, hs.mon.Probe(t.Context()))
+	mu.Lock()
+	defer mu.Unlock()
+	var kept map[string]any
+	for _, r := range logRecords(t, &buf) {
+		if r["msg"] == "clock health: sample kept" {
+			kept = r
+		}
+	}
+	want := map[string]float64{"rtt_ns": 400_000, "uncertainty_ms": 3, "e_ns": 4_800_000, "error_bound_ms": 5, "exchanges": 2}
+	for k, v := range want {
+		if kept == nil || kept[k] != v {
+			t.Fatalf("kept-sample line %v: %s want %v", kept, k, v)
+		}
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -482,7 +482,12 @@ func (m *Monitor) Probe(ctx context.Context) error {
 	if e != nil {
 		return e
 	}
-	m.met.rtt.Set(float64(v.good.s.RTTMs))
+	g := v.good
+	m.met.rtt.Set(float64(g.s.RTTMs))
+	if m.log.Enabled(ctx, slog.LevelDebug) { // SPEC §3.1's terms in ns, before the one rounding
+		m.log.Debug("clock health: sample kept", "agent", g.s.Agent, "exchanges", v.n, "rtt_ns", g.rttNs,
+			"uncertainty_ms", g.s.UncertaintyMs, "offset_ns", g.offNs, "e_ns", g.eNs, "error_bound_ms", g.s.ErrorBoundMs)
+	}
 	return nil
 }
 

@@ -30,6 +30,7 @@ type exchange struct {
 	w1    int64  // wall ns when the LF arrived
 	m1    int64  // monotonic ns when the LF arrived (t_sample)
 	eNs   uint64 // SPEC §3.1 e_ns, before its rounding (set once the sample was checked)
+	offNs uint64 // its |w1 − R×10^6| term
 	rttNs uint64 // m1 − m0; for an incomplete exchange, the time it took to fail
 }
 
@@ -150,7 +151,7 @@ func (m *Monitor) checkSample(x *exchange, r *protocol.Response) *protocol.Error
 	s.SourceAgeMs = r.SourceAgeMs
 	eNs, offNs, ok := sampleError(x.rttNs, r.UncertaintyMs, x.w1, r.ReferenceUnixMs)
 	rttMs, offMs, eb := protocol.CeilMs(x.rttNs), protocol.CeilMs(offNs), protocol.CeilMs(eNs)
-	x.eNs = eNs
+	x.eNs, x.offNs = eNs, offNs
 	s.RTTMs, s.OffsetMs, s.ErrorBoundMs = rttMs, offMs, eb
 	c := &m.cfg
 	switch {

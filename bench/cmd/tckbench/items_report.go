@@ -3,9 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -127,8 +129,10 @@ func writeItems(w io.Writer, dir, base string, r itemResults) error {
 				num(s.MedianBound), num(s.MaxBound), num(s.MedianRTT), num(s.MedianUnc), num3(s.MedianRD), num3(s.MedianTarget))
 		}
 		if unc := agentUncertainty(t); unc != "" {
-			fmt.Fprintf(w, "\nThe agent's own uncertainty over the run: %s. The bound is RTT + the agent's uncertainty + the node's own terms (SPEC §3.1: the offset to the reference rounded up, 1 ms for the reference's truncation, drift growth since the sample rounded up); every term is a whole number of ms rounded up on its own, so the bound stays ms above chrony's root distance even when that is a few µs (findings.md has the breakdown).\n", unc)
+			fmt.Fprintf(w, "\nThe agent's own uncertainty over the run: %s.\n", unc)
 		}
+		fmt.Fprintf(w, "\nRunning bound over all nodes' samples: %s.\n", boundHistogram(t))
+		writeTightTerms(w, t)
 		fmt.Fprintln(w)
 		name := base + "-tightness.png"
 		if err := plotTightness(filepath.Join(dir, name), t); err != nil {
@@ -142,6 +146,70 @@ func writeItems(w io.Writer, dir, base string, r itemResults) error {
 		fmt.Fprintf(w, "- %s\n\n", s)
 	}
 	return nil
+}
+
+// boundHistogram is "N× B ms, …" of the running bounds sampled, with the
+// median.
+func boundHistogram(t *tightnessResult) string {
+	n := map[float64]int{}
+	var all []float64
+	for _, x := range t.Samples {
+		for _, b := range x.BoundMs {
+			if b >= 0 {
+				n[b]++
+				all = append(all, b)
+			}
+		}
+	}
+	if len(all) == 0 {
+		return "none measured"
+	}
+	slices.Sort(all)
+	keys := slices.Sorted(maps.Keys(n))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%g ms %.1f%%", k, 100*float64(n[k])/float64(len(all)))
+	}
+	return fmt.Sprintf("median **%g ms** of %d (%s)", all[len(all)/2], len(all), strings.Join(parts, ", "))
+}
+
+// writeTightTerms breaks each node's kept samples into SPEC §3.1's terms
+// (from the nodes' debug logs): e_ns = rtt + u + |w1 − R| + 1 ms, summed in
+// ns and rounded up once; the running bound adds |Δwall − Δmono| and drift
+// since the sample, rounded up once more at each evaluation.
+func writeTightTerms(w io.Writer, t *tightnessResult) {
+	if len(t.Terms) == 0 {
+		return
+	}
+	q := func(x quantiles) string {
+		return fmt.Sprintf("%.3f (%.3f–%.3f, max %.3f)", x.P50, x.P10, x.P90, x.Max)
+	}
+	fmt.Fprintf(w, "\nEach kept sample's terms (SPEC §3.1), ms, median (p10–p90, max), from the nodes' debug lines: e = rtt + u + |w1 − R| + 1 ms (R's truncation), summed in ns and rounded up once to the error bound; the running bound then adds drift (max_drift_ppm 500: ≤ 0.5 ms a second) and any wall step since the sample, rounded up once per evaluation.\n\n")
+	fmt.Fprintf(w, "| node | kept samples | rtt | u | \\|w1 − R\\| | + truncation | e (sum) | error bound (ceil once) | each term rounded up (before) |\n|---|---|---|---|---|---|---|---|---|\n")
+	for i, x := range t.Terms {
+		fmt.Fprintf(w, "| %d | %d | %s | %s | %s | 1 | %s | %s | %s |\n", i+1, x.Kept, q(x.RTTMs), q(x.UncMs), q(x.OffsetMs), q(x.EMs),
+			msHistogram(x.ErrorBound), msHistogram(x.PerTerm))
+	}
+	fmt.Fprintf(w, "\nRounded term by term, the running bound also added ceil(drift) — a whole ms as soon as a ns had passed since the sample — so it sat at least 1 ms above that last column between samples.\n")
+}
+
+// msHistogram is "median M ms: A ms ×n, …" of whole-ms counts.
+func msHistogram(h map[uint64]int) string {
+	keys := slices.Sorted(maps.Keys(h))
+	total := 0
+	for _, k := range keys {
+		total += h[k]
+	}
+	parts := make([]string, len(keys))
+	median, seen := uint64(0), 0
+	for j, k := range keys {
+		parts[j] = fmt.Sprintf("%d ms ×%d", k, h[k])
+		if seen <= total/2 && seen+h[k] > total/2 {
+			median = k
+		}
+		seen += h[k]
+	}
+	return fmt.Sprintf("median %d: %s", median, strings.Join(parts, ", "))
 }
 
 func num(x float64) string {

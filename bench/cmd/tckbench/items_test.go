@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tckclk/tckclk/bench/internal/load"
 	"github.com/tckclk/tckclk/protocol"
@@ -384,4 +385,57 @@ func TestBoundAndRTTSameSample(t *testing.T) {
 	if n := statusReads.Load(); n != 4 {
 		t.Errorf("%d status reads, want 4 (a pair that straddled a sample, then one that did not)", n)
 	}
+}
+
+// The tightness section's term breakdown reads the kept-sample lines of a
+// node's JSON log from the sampling's start: lines before it, other lines
+// and non-JSON text are skipped; each term's quantiles and the error-bound
+// histogram come out of the rest.
+func TestReadTerms(t *testing.T) {
+	since := mustTime(t, "2026-01-01T00:00:10Z")
+	line := func(at string, rtt, unc, off, e, eb uint64) string {
+		return fmt.Sprintf(`{"time":%q,"level":"DEBUG","msg":"clock health: sample kept","rtt_ns":%d,"uncertainty_ms":%d,"offset_ns":%d,"e_ns":%d,"error_bound_ms":%d}`,
+			at, rtt, unc, off, e, eb)
+	}
+	log := strings.Join([]string{
+		"ticketd starting (text before the JSON handler)",
+		line("2026-01-01T00:00:09Z", 9e6, 9, 9e6, 29e6, 29), // before the sampling
+		line("2026-01-01T00:00:10Z", 200_000, 1, 300_000, 2_500_000, 3),
+		`{"time":"2026-01-01T00:00:11Z","level":"INFO","msg":"clock health: slow exchange","rtt_ns":5}`,
+		line("2026-01-01T00:00:11Z", 400_000, 1, 900_000, 3_300_000, 4),
+		line("2026-01-01T00:00:12Z", 300_000, 1, 500_000, 2_800_000, 3),
+	}, "\n") + "\n"
+	path := filepath.Join(t.TempDir(), "node.log")
+	if err := os.WriteFile(path, []byte(log), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readTerms(path, since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Kept != 3 || got.ErrorBound[3] != 2 || got.ErrorBound[4] != 1 || len(got.ErrorBound) != 2 {
+		t.Fatalf("kept %d, error bounds %v", got.Kept, got.ErrorBound)
+	}
+	// Rounded term by term: 1+1+1+1 = 4, 1+1+1+1 = 4, 1+1+1+1 = 4.
+	if got.PerTerm[4] != 3 || len(got.PerTerm) != 1 {
+		t.Fatalf("per-term error bounds %v", got.PerTerm)
+	}
+	if h := msHistogram(map[uint64]int{3: 2, 4: 2, 5: 1}); h != "median 4: 3 ms ×2, 4 ms ×2, 5 ms ×1" {
+		t.Fatalf("histogram %q", h)
+	}
+	if got.RTTMs.P50 != 0.3 || got.RTTMs.Max != 0.4 || got.RTTMs.P10 != 0.2 || got.OffsetMs.P50 != 0.5 || got.EMs.Max != 3.3 || got.UncMs.P50 != 1 {
+		t.Fatalf("terms %+v", got)
+	}
+	if _, err := readTerms(filepath.Join(t.TempDir(), "missing.log"), since); err == nil {
+		t.Fatal("a missing log was read")
+	}
+}
+
+func mustTime(t *testing.T, s string) time.Time {
+	t.Helper()
+	v, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

@@ -38,7 +38,10 @@ import (
 // default interval, so the running bound grows as in production); Δ
 // stays wide (clockFlags) so a busy machine does not fail a node, which
 // changes no bound.
-var tightClockFlags = []string{"--clock.probe_interval_ms", "1000", "--clock.probe_timeout_ms", "1000", "--clock.dev_reference=false"}
+// The nodes log at debug level in JSON: each kept sample's terms in ns
+// ("clock health: sample kept"), which the report breaks the bound into.
+var tightClockFlags = []string{"--clock.probe_interval_ms", "1000", "--clock.probe_timeout_ms", "1000", "--clock.dev_reference=false",
+	"--log.level", "debug", "--log.format", "json"}
 
 // tightSample is one sampling instant.
 type tightSample struct {
@@ -58,6 +61,81 @@ type tightnessResult struct {
 	Every    string        `json:"every"`
 	Chrony   string        `json:"chrony"`
 	Samples  []tightSample `json:"samples"`
+	Terms    []tightTerms  `json:"terms,omitempty"` // per node: the kept samples' SPEC §3.1 terms
+}
+
+// tightTerms summarises one node's kept samples during the sampling, from
+// its debug log: SPEC §3.1's e_ns = rtt + u + |w1 − R| + 1 ms, each term's
+// quantiles in ms (before the one rounding), and how often each whole-ms
+// error bound came out.
+type tightTerms struct {
+	Kept       int            `json:"kept"`
+	RTTMs      quantiles      `json:"rtt_ms"`
+	UncMs      quantiles      `json:"uncertainty_ms"`
+	OffsetMs   quantiles      `json:"offset_ms"` // |w1 − R×10^6|
+	EMs        quantiles      `json:"e_ms"`      // the sum, before rounding up
+	ErrorBound map[uint64]int `json:"error_bound_ms"`
+	// PerTerm is the error bound the same samples get with each term
+	// rounded up on its own (ceil(rtt) + u + ceil(|w1 − R|) + 1), as
+	// before SPEC §3.1's one rounding: the baseline, on the same data.
+	PerTerm map[uint64]int `json:"per_term_error_bound_ms"`
+}
+
+// quantiles of a term, ms.
+type quantiles struct {
+	P10, P50, P90, Max float64
+}
+
+func quantilesOf(v []float64) quantiles {
+	if len(v) == 0 {
+		return quantiles{}
+	}
+	v = slices.Clone(v)
+	slices.Sort(v)
+	at := func(p float64) float64 { return v[int(p*float64(len(v)-1))] }
+	return quantiles{at(0.1), at(0.5), at(0.9), v[len(v)-1]}
+}
+
+// keptLine is the node's debug line for each kept sample (node/clockhealth).
+type keptLine struct {
+	Msg          string `json:"msg"`
+	Time         time.Time
+	RTTNs        uint64 `json:"rtt_ns"`
+	UncMs        uint64 `json:"uncertainty_ms"`
+	OffsetNs     uint64 `json:"offset_ns"`
+	ENs          uint64 `json:"e_ns"`
+	ErrorBoundMs uint64 `json:"error_bound_ms"`
+}
+
+// readTerms summarises the kept-sample lines of a node's JSON log written
+// at or after since. A line that is not JSON (start-up text) is skipped.
+func readTerms(path string, since time.Time) (tightTerms, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return tightTerms{}, err
+	}
+	defer f.Close()
+	t := tightTerms{ErrorBound: map[uint64]int{}, PerTerm: map[uint64]int{}}
+	ceil := func(ns uint64) uint64 { return (ns + 999_999) / 1_000_000 }
+	var rtt, unc, off, e []float64
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var l keptLine
+		if json.Unmarshal(sc.Bytes(), &l) != nil || l.Msg != "clock health: sample kept" || l.Time.Before(since) {
+			continue
+		}
+		t.Kept++
+		rtt, unc = append(rtt, float64(l.RTTNs)/1e6), append(unc, float64(l.UncMs))
+		off, e = append(off, float64(l.OffsetNs)/1e6), append(e, float64(l.ENs)/1e6)
+		t.ErrorBound[l.ErrorBoundMs]++
+		t.PerTerm[ceil(l.RTTNs)+l.UncMs+ceil(l.OffsetNs)+1]++
+	}
+	if err := sc.Err(); err != nil {
+		return tightTerms{}, fmt.Errorf("%s: %w", path, err)
+	}
+	t.RTTMs, t.UncMs, t.OffsetMs, t.EMs = quantilesOf(rtt), quantilesOf(unc), quantilesOf(off), quantilesOf(e)
+	return t, nil
 }
 
 // tightTarget is the issue's target for one sample.
@@ -301,6 +379,11 @@ func runTightness(ctx context.Context, e *env, it itemOptions, stdout io.Writer)
 		if p.exited() {
 			return nil, fmt.Errorf("node %d exited during the sampling (log %s)", i+1, p.log)
 		}
+		terms, err := readTerms(p.log, start)
+		if err != nil {
+			return nil, err
+		}
+		res.Terms = append(res.Terms, terms)
 	}
 	return res, nil
 }
