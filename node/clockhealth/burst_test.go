@@ -579,3 +579,21 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// SPEC §3.1 (several agents): once a liar has failed the node, the other
+// agents' bursts try nothing more — a slow agent's first exchange is its
+// last.
+func TestBurstEndsOnceALiarFailedTheNode(t *testing.T) {
+	var slowN atomic.Int64
+	slow := realAgent(t, 150*ms, &slowN)
+	liar := clockhealthtest.StartAgent(t, []byte(vectorSecret), func(protocol.Request) clockhealthtest.Reply {
+		return clockhealthtest.Reply{Bytes: []byte("LIES\n")}
+	})
+	mon, _ := realMonitor(t, nil, slow.Addr(), liar.Addr())
+	if r := reasonOf(t, mon.Probe(t.Context())); r != protocol.ReasonFormat {
+		t.Fatalf("reason %q, want format", r)
+	}
+	if slowN.Load() != 1 {
+		t.Fatalf("the slow agent had %d exchanges after the liar failed the node, want 1", slowN.Load())
+	}
+}

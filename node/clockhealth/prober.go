@@ -194,13 +194,14 @@ func subSat(a, b uint64) uint64 {
 // burst runs up to clock.burst exchanges with agent idx, one after another,
 // each with a fresh nonce (SPEC §3.1). It stops at the first sample within
 // every limit, at the first fatal one, when ctx ends (the round's deadline),
-// or — after the first exchange — once another agent of the round gave a
-// sample within every limit (done). With several agents a fatal exchange
-// fails the node here, at once, not when the round's slowest agent is done.
-func (m *Monitor) burst(ctx context.Context, idx int, done *atomic.Bool) ([]exchange, error) {
+// or — after the first exchange — once the round is decided (decided: an
+// agent gave a sample within every limit, or a fatal answer). With several
+// agents a fatal exchange fails the node here, at once, not when the
+// round's slowest agent is done.
+func (m *Monitor) burst(ctx context.Context, idx int, decided *atomic.Bool) ([]exchange, error) {
 	xs := make([]exchange, 0, m.cfg.Burst)
 	for i := uint64(0); i < m.cfg.Burst; i++ {
-		if i > 0 && (ctx.Err() != nil || done.Load()) {
+		if i > 0 && (ctx.Err() != nil || decided.Load()) {
 			break
 		}
 		nonce, err := m.nonce()
@@ -211,9 +212,10 @@ func (m *Monitor) burst(ctx context.Context, idx int, done *atomic.Bool) ([]exch
 		xs = append(xs, x)
 		switch x.class {
 		case classOK:
-			done.Store(true)
+			decided.Store(true)
 			return xs, nil
 		case classFatal:
+			decided.Store(true)
 			if len(m.agents) > 1 && ctx.Err() == nil {
 				m.mu.Lock()
 				e, first := m.latchLocked(x.err, m.agents[idx].addr)
@@ -246,13 +248,13 @@ func (m *Monitor) round(ctx context.Context, budget time.Duration) (bursts [][]e
 	defer cancel()
 	bursts = make([][]exchange, len(m.agents))
 	errs := make([]error, len(m.agents))
-	var done atomic.Bool
+	var decided atomic.Bool
 	if len(m.agents) == 1 {
-		bursts[0], errs[0] = m.burst(ctx, 0, &done)
+		bursts[0], errs[0] = m.burst(ctx, 0, &decided)
 	} else {
 		var wg sync.WaitGroup
 		for i := range m.agents {
-			wg.Go(func() { bursts[i], errs[i] = m.burst(ctx, i, &done) })
+			wg.Go(func() { bursts[i], errs[i] = m.burst(ctx, i, &decided) })
 		}
 		wg.Wait()
 	}
