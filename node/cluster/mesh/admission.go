@@ -134,10 +134,12 @@ func bytesWaiting(c net.Conn) bool {
 	var b [1]byte
 	// Control, not Read: a Read would queue behind the handshake's own
 	// blocked Read on the same connection.
-	rc.Control(func(fd uintptr) {
+	if err := rc.Control(func(fd uintptr) {
 		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
 		waiting = err == nil && n > 0
-	})
+	}); err != nil {
+		return false
+	}
 	return waiting
 }
 

@@ -14,15 +14,17 @@ import (
 // body length followed by the body; every body starts with the protocol
 // version and the frame type:
 //
-//	hello  = version 0x01 idLen id addrLen addr nonce[32] key[32]
-//	proof  = version 0x02 mac[32] sig[64]
-//	accept = version 0x03
+//	hello = version 0x01 idLen id addrLen addr nonce[32] key[32] share[32]
+//	proof = version 0x02 mac[32] sig[64]
 //
 // id is a NodeId (identity.ValidID), addr the sender's advertised mesh
-// address (1..=255 bytes 0x21–0x7E), key its ed25519 public key.
+// address (1..=255 bytes 0x21–0x7E), key its ed25519 public key, share
+// its ephemeral X25519 public key for this handshake. After the two
+// proofs every byte is in sealed records (seal.go).
 const (
-	// Version is the handshake protocol version this package speaks.
-	Version = 1
+	// Version is the handshake protocol version this package speaks. 2:
+	// the dialer proves first, key shares, sealed records.
+	Version = 2
 	// MaxFrame is the largest frame body accepted; a longer length prefix
 	// drops the connection before anything else is read.
 	MaxFrame = 512
@@ -34,9 +36,8 @@ const (
 
 // Frame types.
 const (
-	frameHello  = 1
-	frameProof  = 2
-	frameAccept = 3
+	frameHello = 1
+	frameProof = 2
 )
 
 // Frame decoding errors, matched with errors.Is.
@@ -52,7 +53,14 @@ type Hello struct {
 	Addr  string
 	Nonce [NonceSize]byte
 	Key   [ed25519.PublicKeySize]byte
+	Share [ShareSize]byte // ephemeral X25519 public key
 }
+
+// ShareSize is the size of a hello's X25519 key share.
+const ShareSize = 32
+
+// helloTail is the fixed-size part of a hello after its address.
+const helloTail = NonceSize + ed25519.PublicKeySize + ShareSize
 
 // Proof carries a side's HMAC over the transcript (proof of the gossip
 // secret) and its ed25519 signature over the transcript.
@@ -113,17 +121,18 @@ func checkHead(b []byte, typ byte) error {
 // EncodeHello returns the body of a hello frame. It does not validate h;
 // DecodeHello(EncodeHello(h)) succeeds only for a valid h.
 func EncodeHello(h Hello) []byte {
-	b := make([]byte, 0, 4+len(h.ID)+len(h.Addr)+NonceSize+ed25519.PublicKeySize)
+	b := make([]byte, 0, 4+len(h.ID)+len(h.Addr)+helloTail)
 	b = append(b, Version, frameHello, byte(len(h.ID)))
 	b = append(b, h.ID...)
 	b = append(b, byte(len(h.Addr)))
 	b = append(b, h.Addr...)
 	b = append(b, h.Nonce[:]...)
-	return append(b, h.Key[:]...)
+	b = append(b, h.Key[:]...)
+	return append(b, h.Share[:]...)
 }
 
 // DecodeHello parses a hello body strictly: a valid NodeId, a valid
-// address, both fixed-size fields, nothing after them.
+// address, the three fixed-size fields, nothing after them.
 func DecodeHello(b []byte) (Hello, error) {
 	var h Hello
 	if err := checkHead(b, frameHello); err != nil {
@@ -135,7 +144,7 @@ func DecodeHello(b []byte) (Hello, error) {
 		return h, fmt.Errorf("%w: hello truncated in the node id", ErrFormat)
 	}
 	if err := identity.ValidID(id); err != nil {
-		return h, fmt.Errorf("%w: %v", ErrFormat, err)
+		return h, fmt.Errorf("%w: %w", ErrFormat, err)
 	}
 	addr, rest, ok := cutLen(rest)
 	if !ok {
@@ -144,12 +153,13 @@ func DecodeHello(b []byte) (Hello, error) {
 	if err := validAddr(addr); err != nil {
 		return h, err
 	}
-	if len(rest) != NonceSize+ed25519.PublicKeySize {
-		return h, fmt.Errorf("%w: hello has %d bytes after the address, want %d", ErrFormat, len(rest), NonceSize+ed25519.PublicKeySize)
+	if len(rest) != helloTail {
+		return h, fmt.Errorf("%w: hello has %d bytes after the address, want %d", ErrFormat, len(rest), helloTail)
 	}
 	h.ID, h.Addr = id, addr
-	copy(h.Nonce[:], rest)
-	copy(h.Key[:], rest[NonceSize:])
+	rest = rest[copy(h.Nonce[:], rest):]
+	rest = rest[copy(h.Key[:], rest):]
+	copy(h.Share[:], rest)
 	return h, nil
 }
 
@@ -194,18 +204,4 @@ func DecodeProof(b []byte) (Proof, error) {
 	copy(p.MAC[:], b[2:])
 	copy(p.Sig[:], b[2+len(p.MAC):])
 	return p, nil
-}
-
-// EncodeAccept returns the body of the acceptor's final frame.
-func EncodeAccept() []byte { return []byte{Version, frameAccept} }
-
-// DecodeAccept checks an accept body.
-func DecodeAccept(b []byte) error {
-	if err := checkHead(b, frameAccept); err != nil {
-		return err
-	}
-	if len(b) != 2 {
-		return fmt.Errorf("%w: accept body is %d bytes, want 2", ErrFormat, len(b))
-	}
-	return nil
 }

@@ -50,15 +50,15 @@ func TestHeadEdges(t *testing.T) {
 		want error
 	}{
 		{"one byte", []byte{Version}, ErrFormat},
-		{"accept", []byte{Version, frameAccept}, nil},
-		{"version 0", []byte{0, frameAccept}, ErrVersion},
-		{"version 2", []byte{2, frameAccept}, ErrVersion},
+		{"version 0", []byte{0, frameProof}, ErrVersion},
+		{"version 1 (before the dialer proved first)", []byte{1, frameProof}, ErrVersion},
+		{"version 3", []byte{3, frameProof}, ErrVersion},
 		{"wrong type", []byte{Version, frameHello}, ErrFormat},
-		{"accept with a trailing byte", []byte{Version, frameAccept, 0}, ErrFormat},
+		{"the accept frame of version 1", []byte{Version, 3}, ErrFormat},
 	} {
-		err := DecodeAccept(c.b)
+		_, err := DecodeProof(c.b)
 		if c.want == nil && err != nil || c.want != nil && !errors.Is(err, c.want) {
-			t.Errorf("DecodeAccept(%s): %v, want %v", c.name, err, c.want)
+			t.Errorf("DecodeProof(%s): %v, want %v", c.name, err, c.want)
 		}
 	}
 	p := Proof{}
@@ -75,7 +75,7 @@ func TestHeadEdges(t *testing.T) {
 }
 
 func TestHelloEdges(t *testing.T) {
-	const tail = NonceSize + 32
+	const tail = helloTail
 	longAddr := strings.Repeat("a", MaxAddrLen)
 	for _, c := range []struct {
 		name string
@@ -114,7 +114,7 @@ func TestHelloEdges(t *testing.T) {
 // it needs (DESIGN §6).
 func TestHelloTailLengthNamed(t *testing.T) {
 	_, err := DecodeHello(helloBody("n", "a", 3))
-	if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "has 3 bytes after the address, want 64") {
+	if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "has 3 bytes after the address, want 96") {
 		t.Fatalf("%v", err)
 	}
 }

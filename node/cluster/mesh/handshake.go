@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"crypto/ed25519"
+	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -97,13 +98,16 @@ func classify(err error) Reason {
 	return ReasonIO
 }
 
-// Labels of the transcript and the two roles. A proof made as acceptor
-// never verifies as a dialer's and vice versa, so a reflected handshake
-// fails; the nonces make every transcript fresh, so a replayed one fails.
+// Labels of the transcript, the two roles and the two directions' keys. A
+// proof made as acceptor never verifies as a dialer's and vice versa, so
+// a reflected handshake fails; the nonces make every transcript fresh, so
+// a replayed one fails.
 const (
 	labelHMACKey    = "tckclk mesh handshake v1"
-	labelTranscript = "tckclk mesh transcript v1\x00"
+	labelTranscript = "tckclk mesh transcript v2\x00"
 	labelSession    = "tckclk mesh session v1\x00"
+	labelKeyD2A     = "tckclk mesh seal v2 dialer to acceptor"
+	labelKeyA2D     = "tckclk mesh seal v2 acceptor to dialer"
 	roleDialer      = "dialer\x00"
 	roleAcceptor    = "acceptor\x00"
 )
@@ -117,7 +121,8 @@ func handshakeKey(gossipSecret []byte) []byte {
 }
 
 // transcript binds the protocol label, version, both ids, both addresses,
-// both nonces, both keys and the roles (the dialer's hello comes first).
+// both nonces, both keys, both key shares and the roles (the dialer's
+// hello comes first).
 func transcript(dialer, acceptor Hello) []byte {
 	t := []byte(labelTranscript)
 	t = AppendFrame(t, EncodeHello(dialer))
@@ -128,6 +133,26 @@ func transcript(dialer, acceptor Hello) []byte {
 func sessionID(t []byte) string {
 	s := sha256.Sum256(append([]byte(labelSession), t...))
 	return hex.EncodeToString(s[:8])
+}
+
+// SessionKeys derives the two directions' sealing keys of a session:
+// HKDF-SHA-256 with the X25519 secret of the two key shares and the
+// gossip secret as input, the SHA-256 of the transcript as salt, and the
+// direction as info. Both proofs sign the transcript, shares included, so
+// the keys are known to the two authenticated ends only: not to an
+// on-path attacker, even one holding the gossip secret, and not from a
+// recording once the ephemeral keys are gone.
+func SessionKeys(shared, gossipSecret, transcript []byte) (dialerToAcceptor, acceptorToDialer []byte, err error) {
+	ikm := append(append(make([]byte, 0, len(shared)+len(gossipSecret)), shared...), gossipSecret...)
+	defer clear(ikm)
+	salt := sha256.Sum256(transcript)
+	if dialerToAcceptor, err = hkdf.Key(sha256.New, ikm, salt[:], labelKeyD2A, KeySize); err != nil {
+		return nil, nil, err
+	}
+	if acceptorToDialer, err = hkdf.Key(sha256.New, ikm, salt[:], labelKeyA2D, KeySize); err != nil {
+		return nil, nil, err
+	}
+	return dialerToAcceptor, acceptorToDialer, nil
 }
 
 func proofMAC(hkey []byte, role string, t []byte) [32]byte {

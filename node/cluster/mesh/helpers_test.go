@@ -189,9 +189,15 @@ func accept(t testing.TB, l net.Listener) *Stream {
 
 func dial(t testing.TB, from *node, to *node, wantID string, c Class) *Stream {
 	t.Helper()
+	return dialAt(t, from, to.Addr(), wantID, c)
+}
+
+// dialAt opens a stream of class c from a node to addr, within 10 s.
+func dialAt(t testing.TB, from *node, addr, wantID string, c Class) *Stream {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := from.Dial(ctx, to.Addr(), wantID, c)
+	s, err := from.Dial(ctx, addr, wantID, c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,6 +75,9 @@ type Config struct {
 	Rand             io.Reader             // nonces; nil = crypto/rand.Reader
 
 	listen func(network, addr string) (net.Listener, error) // tests: nil = net.Listen
+	// unsealed skips the record layer: only for the baseline of the
+	// benchmarks and the tests that show what sealing prevents.
+	unsealed bool
 }
 
 // ErrClosed is returned by a closed Mesh.
@@ -446,7 +449,7 @@ func (m *Mesh) dialOnce(ctx context.Context, addr, wantID string) (*session, err
 		raw.Close()
 		return nil, ErrClosed
 	}
-	stop := context.AfterFunc(dctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(dctx, func() { _ = raw.SetDeadline(time.Unix(1, 0)) }) // a closed conn is fine
 	conn, peer, sid, err := m.handshake(dctx, raw, deadline, nil, wantID)
 	if !stop() && err == nil { // the context ended after all: the deadline may be poisoned
 		err = fmt.Errorf("mesh: dialing %s: %w", addr, context.Cause(dctx))
@@ -455,7 +458,7 @@ func (m *Mesh) dialOnce(ctx context.Context, addr, wantID string) (*session, err
 	if err != nil {
 		raw.Close()
 		if ctx.Err() != nil && classify(err) == ReasonTimeout && m.cfg.Now().Before(deadline) {
-			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+			err = fmt.Errorf("%w (%s)", ctx.Err(), err.Error())
 		}
 		return nil, err
 	}
@@ -528,7 +531,9 @@ func (m *Mesh) serveInbound(h *inflight) {
 		raw.Close()
 		return
 	}
-	m.startSession(conn, peer, peer.ID, sid, false)
+	if _, err := m.startSession(conn, peer, peer.ID, sid, false); err != nil {
+		m.log.Debug("mesh: inbound session not started", "peer_id", peer.ID, "err", err)
+	}
 }
 
 // handshake runs one side of SPEC §5's handshake on raw (TLS first when
@@ -559,6 +564,13 @@ func (m *Mesh) handshake(ctx context.Context, raw net.Conn, deadline time.Time, 
 	m.met.handshakes[ReasonOK].Inc()
 	m.log.Debug("mesh: handshake ok", "direction", dir, "peer_addr", raw.RemoteAddr().String(), "peer_id", peer.ID, "session", sid)
 	return conn, peer, sid, nil
+}
+
+// recordRefused counts and logs a sealed record that failed to open; its
+// connection is closed already, and with it the session.
+func (m *Mesh) recordRefused(peerID, sid string, err error) {
+	m.met.records.Inc()
+	m.rl.Warn("record", "mesh: session closed: a sealed record was refused (tampering on the path, or a broken connection)", "peer_id", peerID, "session", sid, "err", err)
 }
 
 // refuse counts every refusal and logs it, at most one line per direction

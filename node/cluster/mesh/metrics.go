@@ -18,6 +18,7 @@ type metrics struct {
 	handshakes map[Reason]prometheus.Counter
 	refused    map[string]prometheus.Counter
 	sessions   prometheus.Gauge
+	records    prometheus.Counter
 	unregister func() // takes them off the registry again
 }
 
@@ -40,6 +41,10 @@ func newMetrics(reg prometheus.Registerer, inProgress func() int) (*metrics, err
 			Name: "mesh_sessions",
 			Help: "Authenticated mesh sessions in use (one per peer).",
 		}),
+		records: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mesh_records_refused_total",
+			Help: "Sealed mesh records that did not authenticate (changed, injected, replayed, reordered or dropped on the path); each closed its session.",
+		}),
 	}
 	for _, r := range Reasons() {
 		m.handshakes[r] = hs.WithLabelValues(string(r))
@@ -53,7 +58,7 @@ func newMetrics(reg prometheus.Registerer, inProgress func() int) (*metrics, err
 	}, func() float64 { return float64(inProgress()) })
 	m.unregister = func() {}
 	if reg != nil {
-		all := []prometheus.Collector{hs, refused, m.sessions, pending}
+		all := []prometheus.Collector{hs, refused, m.sessions, m.records, pending}
 		for i, c := range all {
 			if err := reg.Register(c); err != nil {
 				for _, done := range all[:i] {

@@ -3,7 +3,9 @@ package mesh
 import (
 	"bytes"
 	"context"
+	"crypto/ecdh"
 	"crypto/ed25519"
+	"crypto/rand"
 	"errors"
 	"io"
 	"net"
@@ -18,12 +20,16 @@ type rawDialer struct {
 	priv   ed25519.PrivateKey // signs the proof
 	pub    ed25519.PublicKey  // the key claimed in the hello (default: priv's)
 	secret []byte             // gossip secret for the MAC (default: testSecret)
-	// proof builds the proof from the transcript and the acceptor's proof
-	// (default: an honest one).
-	proof func(t []byte, theirs Proof) Proof
-	// after, when set, runs on the open connection once accept arrived.
+	// proof builds the proof from the transcript (default: an honest one);
+	// nil from it sends no proof at all (the dialer stalls).
+	proof func(t []byte) *Proof
+	// after, when set, runs on the open connection once the acceptor's
+	// proof arrived and verified.
 	after func(c net.Conn)
 	sent  bytes.Buffer // every byte written
+	// afterHello is every byte the acceptor sent after its hello: its
+	// proof, only if it accepted this dialer.
+	afterHello []byte
 }
 
 func (r *rawDialer) hello(addr string) Hello {
@@ -34,11 +40,25 @@ func (r *rawDialer) hello(addr string) Hello {
 	}
 	copy(h.Key[:], pub)
 	copy(h.Nonce[:], addr) // any value: the acceptor's nonce makes the transcript fresh
+	eph, err := ecdh.X25519().GenerateKey(rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	copy(h.Share[:], eph.PublicKey().Bytes())
 	return h
 }
 
+func (r *rawDialer) honestProof(t []byte) *Proof {
+	secret := r.secret
+	if secret == nil {
+		secret = testSecret
+	}
+	p := makeProof(handshakeKey(secret), r.priv, roleDialer, t)
+	return &p
+}
+
 // run performs the handshake against addr and returns the acceptor's
-// verdict: nil if it sent accept, else the read error.
+// verdict: nil if it sent its proof (checked), else the read error.
 func (r *rawDialer) run(t *testing.T, addr string) error {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
@@ -58,29 +78,27 @@ func (r *rawDialer) run(t *testing.T, addr string) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, err = ReadFrame(c); err != nil {
-		return err
-	}
-	theirs, err := DecodeProof(b)
-	if err != nil {
-		t.Fatal(err)
-	}
 	tr := transcript(me, them)
-	secret := r.secret
-	if secret == nil {
-		secret = testSecret
+	proof := r.proof
+	if proof == nil {
+		proof = r.honestProof
 	}
-	p := makeProof(handshakeKey(secret), r.priv, roleDialer, tr)
-	if r.proof != nil {
-		p = r.proof(tr, theirs)
+	if p := proof(tr); p != nil {
+		w.Write(AppendFrame(nil, EncodeProof(*p)))
 	}
-	w.Write(AppendFrame(nil, EncodeProof(p)))
-	b, err = ReadFrame(c)
+	r.afterHello, err = io.ReadAll(io.LimitReader(c, 2+2+32+64))
+	if len(r.afterHello) == 0 {
+		if err == nil {
+			err = io.EOF
+		}
+		return err
+	}
+	theirs, err := DecodeProof(r.afterHello[2:])
 	if err != nil {
-		return err
+		t.Fatalf("after its hello the acceptor sent %x: %v", r.afterHello, err)
 	}
-	if err := DecodeAccept(b); err != nil {
-		return err
+	if err := checkProof(handshakeKey(testSecret), them.Key[:], roleAcceptor, tr, theirs); err != nil {
+		t.Fatalf("the acceptor's proof: %v", err)
 	}
 	if r.after != nil {
 		r.after(c)
@@ -145,25 +163,27 @@ func TestHandshakeRefusals(t *testing.T) {
 		{"own id", ReasonSelf, &rawDialer{id: "node-b", priv: keyFor("node-b")}, nil},
 		{"wrong gossip secret", ReasonMAC, &rawDialer{id: "node-a", priv: keyFor("node-a"), secret: []byte("another cluster's gossip secret!")}, nil},
 		{"claimed key, other signer", ReasonSignature, &rawDialer{id: "node-a", priv: keyFor("node-x"), pub: pubFor("node-a")}, nil},
-		{"tampered MAC", ReasonMAC, &rawDialer{id: "node-a", priv: keyFor("node-a"), proof: func(tr []byte, _ Proof) Proof {
+		{"tampered MAC", ReasonMAC, &rawDialer{id: "node-a", priv: keyFor("node-a"), proof: func(tr []byte) *Proof {
 			p := makeProof(handshakeKey(testSecret), keyFor("node-a"), roleDialer, tr)
 			p.MAC[7] ^= 0x80
-			return p
+			return &p
 		}}, nil},
-		{"tampered signature", ReasonSignature, &rawDialer{id: "node-a", priv: keyFor("node-a"), proof: func(tr []byte, _ Proof) Proof {
+		{"tampered signature", ReasonSignature, &rawDialer{id: "node-a", priv: keyFor("node-a"), proof: func(tr []byte) *Proof {
 			p := makeProof(handshakeKey(testSecret), keyFor("node-a"), roleDialer, tr)
 			p.Sig[40] ^= 0x01
-			return p
+			return &p
 		}}, nil},
-		{"reflected proof", ReasonMAC, &rawDialer{id: "node-a", priv: keyFor("node-a"), proof: func(_ []byte, theirs Proof) Proof { return theirs }}, nil},
-		{"reflected signature, valid MAC", ReasonSignature, &rawDialer{id: "node-a", priv: keyFor("node-a"), proof: func(tr []byte, theirs Proof) Proof {
-			// A gossip insider without node-a's key: the MAC is right, the
-			// signature is node-b's own, made as acceptor.
-			return Proof{MAC: proofMAC(handshakeKey(testSecret), roleDialer, tr), Sig: theirs.Sig}
+		{"valid MAC, no signature (a gossip insider without node-a's key)", ReasonSignature, &rawDialer{id: "node-a", priv: keyFor("node-a"), proof: func(tr []byte) *Proof {
+			return &Proof{MAC: proofMAC(handshakeKey(testSecret), roleDialer, tr)}
 		}}, nil},
-		{"acceptor-role proof from the right key", ReasonMAC, &rawDialer{id: "node-a", priv: keyFor("node-a"), proof: func(tr []byte, _ Proof) Proof {
-			return makeProof(handshakeKey(testSecret), keyFor("node-a"), roleAcceptor, tr)
+		{"valid MAC, node-b's own signature over the transcript", ReasonSignature, &rawDialer{id: "node-a", priv: keyFor("node-a"), proof: func(tr []byte) *Proof {
+			return &Proof{MAC: proofMAC(handshakeKey(testSecret), roleDialer, tr), Sig: makeProof(handshakeKey(testSecret), keyFor("node-b"), roleDialer, tr).Sig}
 		}}, nil},
+		{"acceptor-role proof from the right key", ReasonMAC, &rawDialer{id: "node-a", priv: keyFor("node-a"), proof: func(tr []byte) *Proof {
+			p := makeProof(handshakeKey(testSecret), keyFor("node-a"), roleAcceptor, tr)
+			return &p
+		}}, nil},
+		{"no proof: the dialer stalls after the hellos", ReasonTimeout, &rawDialer{id: "node-a", priv: keyFor("node-a"), proof: func([]byte) *Proof { return nil }}, nil},
 		{"replayed transcript", ReasonMAC, nil, legit.sent.Bytes()},
 		{"version 2 hello", ReasonVersion, nil, flip(honestHello, 2)},
 		{"proof where hello expected", ReasonFormat, nil, AppendFrame(nil, EncodeProof(Proof{}))},
@@ -184,6 +204,12 @@ func TestHandshakeRefusals(t *testing.T) {
 			if c.dialer != nil {
 				if err := c.dialer.run(t, b.Addr()); err == nil {
 					t.Fatal("accepted")
+				}
+				// SPEC §5 Mesh: the dialer proves itself before the
+				// acceptor sends its proof — nothing comes after the
+				// acceptor's hello to a dialer that did not.
+				if len(c.dialer.afterHello) != 0 {
+					t.Fatalf("an unauthenticated dialer received %d bytes after the hello: %x", len(c.dialer.afterHello), c.dialer.afterHello)
 				}
 			} else {
 				sendRaw(t, b.Addr(), c.raw)
@@ -212,7 +238,9 @@ func TestDialerRefusals(t *testing.T) {
 		atA, atB    Reason
 		dialOwnAddr bool
 	}{
-		{"wrong gossip secret", func(c *Config) { c.GossipSecret = []byte("another cluster's gossip secret!") }, ReasonMAC, ReasonIO, false},
+		// The dialer proves first: the acceptor refuses it, and the
+		// dialer learns nothing but the hang-up.
+		{"wrong gossip secret", func(c *Config) { c.GossipSecret = []byte("another cluster's gossip secret!") }, ReasonRefused, ReasonMAC, false},
 		{"acceptor untrusted here", func(c *Config) { c.Trust = newKeyMap("node-a") }, ReasonUntrusted, ReasonIO, false},
 		{"acceptor's key differs from gossip", func(c *Config) {
 			g := newKeyMap("node-a", "node-b")
@@ -240,6 +268,71 @@ func TestDialerRefusals(t *testing.T) {
 				t.Fatalf("%s not counted at the dialer", c.atA)
 			}
 			eventually(t, "acceptor counted "+string(c.atB), func() bool { return acceptor.handshakes(t, c.atB) == before+1 })
+		})
+	}
+}
+
+// SPEC §5 Mesh: the dialer checks the acceptor's proof; an acceptor that
+// answers a good dialer with a bad proof is refused with the reason.
+func TestDialerChecksAcceptorProof(t *testing.T) {
+	trust := newKeyMap("node-a", "node-b")
+	for _, c := range []struct {
+		name   string
+		reason Reason
+		proof  func(tr []byte) Proof
+	}{
+		{"honest", ReasonOK, func(tr []byte) Proof { return makeProof(handshakeKey(testSecret), keyFor("node-b"), roleAcceptor, tr) }},
+		{"wrong gossip secret", ReasonMAC, func(tr []byte) Proof {
+			return makeProof(handshakeKey([]byte("another cluster's gossip secret!")), keyFor("node-b"), roleAcceptor, tr)
+		}},
+		{"another key's signature", ReasonSignature, func(tr []byte) Proof { return makeProof(handshakeKey(testSecret), keyFor("node-x"), roleAcceptor, tr) }},
+		{"the dialer's own proof reflected", ReasonMAC, func(tr []byte) Proof { return makeProof(handshakeKey(testSecret), keyFor("node-a"), roleDialer, tr) }},
+		{"dialer-role proof from the right key", ReasonMAC, func(tr []byte) Proof { return makeProof(handshakeKey(testSecret), keyFor("node-b"), roleDialer, tr) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				conn, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer conn.Close()
+				b, err := ReadFrame(conn)
+				if err != nil {
+					return
+				}
+				them, err := DecodeHello(b)
+				if err != nil {
+					return
+				}
+				me := (&rawDialer{id: "node-b", priv: keyFor("node-b")}).hello("acceptor")
+				conn.Write(AppendFrame(nil, EncodeHello(me)))
+				if _, err := ReadFrame(conn); err != nil { // the dialer's proof, unchecked here
+					return
+				}
+				conn.Write(AppendFrame(nil, EncodeProof(c.proof(transcript(them, me)))))
+				io.Copy(io.Discard, conn)
+			}()
+			a := start(t, testConfig(t, "node-a", trust))
+			s, err := a.Dial(context.Background(), ln.Addr().String(), "node-b", ClassRaft)
+			if c.reason == ReasonOK {
+				if err != nil {
+					t.Fatalf("Dial: %v", err)
+				}
+				s.Close()
+				return
+			}
+			var he *HandshakeError
+			if !errors.As(err, &he) || he.Reason != c.reason {
+				t.Fatalf("Dial: %v, want reason %s", err, c.reason)
+			}
+			if a.handshakes(t, c.reason) != 1 || len(a.Peers()) != 0 {
+				t.Fatal("not counted, or a session kept")
+			}
 		})
 	}
 }

@@ -3,6 +3,7 @@ package mesh
 import (
 	"bytes"
 	"context"
+	"crypto/ecdh"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -17,23 +18,24 @@ import (
 )
 
 // handshakeConn runs the frames of SPEC §5's handshake (after TLS, when
-// configured) under one deadline:
+// configured) under one deadline, the dialer proving itself first:
 //
 //	dialer → acceptor: hello(dialer)
-//	acceptor → dialer: hello(acceptor), proof(acceptor)
+//	acceptor → dialer: hello(acceptor)
 //	dialer → acceptor: proof(dialer)
-//	acceptor → dialer: accept
+//	acceptor → dialer: proof(acceptor)   only once the dialer's verified
 //
-// *peer is filled as soon as the peer's hello parses, for the logs. in is
-// the inbound handshake's place in the admission table (nil: dialing);
-// its progress is recorded there, and its first byte must arrive within
-// FirstByteTimeout.
+// and returns the connection sealed under the session's keys (seal.go)
+// with the session id. *peer is filled as soon as the peer's hello
+// parses, for the logs. in is the inbound handshake's place in the
+// admission table (nil: dialing); its progress is recorded there, and its
+// first byte must arrive within FirstByteTimeout.
 func (m *Mesh) handshakeConn(ctx context.Context, raw net.Conn, deadline time.Time, in *inflight, wantID string, peer *Hello) (net.Conn, string, error) {
 	dialer := in == nil
 	if err := raw.SetDeadline(deadline); err != nil {
 		return nil, "", err
 	}
-	var conn net.Conn = raw
+	conn := raw
 	if !dialer {
 		first := m.cfg.Now().Add(m.cfg.FirstByteTimeout)
 		if err := raw.SetReadDeadline(first); err != nil {
@@ -58,16 +60,15 @@ func (m *Mesh) handshakeConn(ctx context.Context, raw net.Conn, deadline time.Ti
 		conn = tc
 		m.advance(in, progressTLS)
 	}
-	me := Hello{ID: m.cfg.NodeID, Addr: m.addr, Key: m.pub}
-	if _, err := io.ReadFull(m.cfg.Rand, me.Nonce[:]); err != nil {
-		return nil, "", fmt.Errorf("mesh: drawing a nonce: %w", err)
+	hs := &handshakeState{conn: conn, tlsOn: tlsOn, peer: peer}
+	if err := hs.start(m); err != nil {
+		return nil, "", err
 	}
-	var t []byte
 	var err error
 	if dialer {
-		t, err = m.dialerFrames(conn, tlsOn, me, wantID, peer)
+		err = m.dialerFrames(hs, wantID)
 	} else {
-		t, err = m.acceptorFrames(conn, tlsOn, me, peer, in)
+		err = m.acceptorFrames(hs, in)
 	}
 	if err != nil {
 		return nil, "", err
@@ -78,84 +79,134 @@ func (m *Mesh) handshakeConn(ctx context.Context, raw net.Conn, deadline time.Ti
 	if _, ok := conn.(*firstByteConn); ok {
 		conn = raw // its job is done
 	}
-	return conn, sessionID(t), nil
+	sid := sessionID(hs.t)
+	if m.cfg.unsealed {
+		return conn, sid, nil
+	}
+	d2a, a2d, err := SessionKeys(hs.shared, m.cfg.GossipSecret, hs.t)
+	clear(hs.shared)
+	if err != nil {
+		return nil, "", err
+	}
+	out, inKey := d2a, a2d
+	if !dialer {
+		out, inKey = a2d, d2a
+	}
+	sc, err := newSealedConn(conn, out, inKey, func(err error) { m.recordRefused(peer.ID, sid, err) })
+	clear(d2a)
+	clear(a2d)
+	if err != nil {
+		return nil, "", err
+	}
+	return sc, sid, nil
 }
 
-func (m *Mesh) dialerFrames(conn net.Conn, tlsOn bool, me Hello, wantID string, peer *Hello) ([]byte, error) {
-	if _, err := conn.Write(AppendFrame(nil, EncodeHello(me))); err != nil {
-		return nil, err
+// handshakeState is one side's handshake in progress.
+type handshakeState struct {
+	conn   net.Conn
+	tlsOn  bool
+	me     Hello
+	eph    *ecdh.PrivateKey
+	peer   *Hello
+	t      []byte // the transcript, once both hellos are known
+	shared []byte // the X25519 secret of the two shares
+}
+
+// start draws this side's nonce and ephemeral key.
+func (hs *handshakeState) start(m *Mesh) error {
+	hs.me = Hello{ID: m.cfg.NodeID, Addr: m.addr, Key: m.pub}
+	if _, err := io.ReadFull(m.cfg.Rand, hs.me.Nonce[:]); err != nil {
+		return fmt.Errorf("mesh: drawing a nonce: %w", err)
+	}
+	eph, err := ecdh.X25519().GenerateKey(m.cfg.Rand)
+	if err != nil {
+		return fmt.Errorf("mesh: drawing a key share: %w", err)
+	}
+	hs.eph = eph
+	copy(hs.me.Share[:], eph.PublicKey().Bytes())
+	return nil
+}
+
+func (hs *handshakeState) write(body []byte) error {
+	_, err := hs.conn.Write(AppendFrame(nil, body))
+	return err
+}
+
+// readHello reads and checks the peer's hello, and agrees on the shared
+// secret with its key share.
+func (m *Mesh) readHello(hs *handshakeState, read func() ([]byte, error), wantID string) error {
+	b, err := read()
+	if err != nil {
+		return err
+	}
+	h, err := DecodeHello(b)
+	if err != nil {
+		return err
+	}
+	*hs.peer = h
+	if err := m.checkPeer(h, wantID); err != nil {
+		return err
+	}
+	pub, err := ecdh.X25519().NewPublicKey(h.Share[:])
+	if err == nil {
+		hs.shared, err = hs.eph.ECDH(pub)
+	}
+	if err != nil {
+		return fail(ReasonFormat, "the peer's key share is unusable: %v", err)
+	}
+	return nil
+}
+
+// readProof reads the peer's proof and checks it, made in role.
+func (m *Mesh) readProof(hs *handshakeState, read func() ([]byte, error), role string) error {
+	b, err := read()
+	if err != nil {
+		return err
+	}
+	p, err := DecodeProof(b)
+	if err != nil {
+		return err
+	}
+	return checkProof(m.hkey, hs.peer.Key[:], role, hs.t, p)
+}
+
+func (m *Mesh) dialerFrames(hs *handshakeState, wantID string) error {
+	if err := hs.write(EncodeHello(hs.me)); err != nil {
+		return err
 	}
 	read := func() ([]byte, error) {
-		b, err := readFrame(conn, tlsOn)
+		b, err := readFrame(hs.conn, hs.tlsOn)
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
 			return nil, fail(ReasonRefused, "the peer closed the connection: it refused this node (its log says why)")
 		}
 		return b, err
 	}
-	b, err := read()
-	if err != nil {
-		return nil, err
+	if err := m.readHello(hs, read, wantID); err != nil {
+		return err
 	}
-	h, err := DecodeHello(b)
-	if err != nil {
-		return nil, err
+	hs.t = transcript(hs.me, *hs.peer)
+	if err := hs.write(EncodeProof(makeProof(m.hkey, m.cfg.Key, roleDialer, hs.t))); err != nil {
+		return err
 	}
-	*peer = h
-	if err := m.checkPeer(h, wantID); err != nil {
-		return nil, err
-	}
-	t := transcript(me, h)
-	if b, err = read(); err != nil {
-		return nil, err
-	}
-	p, err := DecodeProof(b)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkProof(m.hkey, h.Key[:], roleAcceptor, t, p); err != nil {
-		return nil, err
-	}
-	if _, err := conn.Write(AppendFrame(nil, EncodeProof(makeProof(m.hkey, m.cfg.Key, roleDialer, t)))); err != nil {
-		return nil, err
-	}
-	if b, err = read(); err != nil {
-		return nil, err
-	}
-	return t, DecodeAccept(b)
+	return m.readProof(hs, read, roleAcceptor)
 }
 
-func (m *Mesh) acceptorFrames(conn net.Conn, tlsOn bool, me Hello, peer *Hello, in *inflight) ([]byte, error) {
-	b, err := readFrame(conn, tlsOn)
-	if err != nil {
-		return nil, err
-	}
-	h, err := DecodeHello(b)
-	if err != nil {
-		return nil, err
-	}
-	*peer = h
-	if err := m.checkPeer(h, ""); err != nil {
-		return nil, err
+func (m *Mesh) acceptorFrames(hs *handshakeState, in *inflight) error {
+	read := func() ([]byte, error) { return readFrame(hs.conn, hs.tlsOn) }
+	if err := m.readHello(hs, read, ""); err != nil {
+		return err
 	}
 	m.advance(in, progressHello)
-	t := transcript(h, me)
-	out := AppendFrame(nil, EncodeHello(me))
-	out = AppendFrame(out, EncodeProof(makeProof(m.hkey, m.cfg.Key, roleAcceptor, t)))
-	if _, err := conn.Write(out); err != nil {
-		return nil, err
+	hs.t = transcript(*hs.peer, hs.me)
+	if err := hs.write(EncodeHello(hs.me)); err != nil {
+		return err
 	}
-	if b, err = readFrame(conn, tlsOn); err != nil {
-		return nil, err
+	// Nothing that proves this node goes out before the dialer proved
+	// itself.
+	if err := m.readProof(hs, read, roleDialer); err != nil {
+		return err
 	}
-	p, err := DecodeProof(b)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkProof(m.hkey, h.Key[:], roleDialer, t, p); err != nil {
-		return nil, err
-	}
-	_, err = conn.Write(AppendFrame(nil, EncodeAccept()))
-	return t, err
+	return hs.write(EncodeProof(makeProof(m.hkey, m.cfg.Key, roleAcceptor, hs.t)))
 }
 
 // advance records an inbound handshake's progress (no-op when dialing).
@@ -368,14 +419,14 @@ func (m *Mesh) serveSession(s *session) {
 // that class's listener.
 func (m *Mesh) serveStream(s *session, st *yamux.Stream) {
 	var b [1]byte
-	st.SetReadDeadline(m.cfg.Now().Add(m.cfg.HandshakeTimeout))
+	_ = st.SetReadDeadline(m.cfg.Now().Add(m.cfg.HandshakeTimeout)) // yamux streams always take it
 	if _, err := io.ReadFull(st, b[:]); err != nil {
 		st.Close()
 		m.met.refused[refusedNoClass].Inc()
 		m.log.Warn("mesh: inbound stream without a class byte", "peer_id", s.peer, "err", err)
 		return
 	}
-	st.SetReadDeadline(time.Time{})
+	_ = st.SetReadDeadline(time.Time{})
 	c := Class(b[0])
 	if !c.Valid() {
 		st.Close()

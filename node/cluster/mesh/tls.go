@@ -108,7 +108,7 @@ func checkCertPEM(b []byte) error {
 			continue
 		}
 		if _, err := x509.ParseCertificate(blk.Bytes); err != nil {
-			return fmt.Errorf("certificate %d does not parse: %v", n+1, err)
+			return fmt.Errorf("certificate %d does not parse: %w", n+1, err)
 		}
 		n++
 	}
