@@ -65,15 +65,7 @@ func clockDeps(deps *Deps) (WallClock, clockhealth.MonoClock, error) {
 // differ from the clock secrets (SPEC §1.4).
 func (n *Node) buildMonitor(deps *Deps, env secret.Lookup, wall WallClock, mono clockhealth.MonoClock) error {
 	cfg := &n.cfg
-	var clockSecrets *clockhealth.Secrets
-	if n.guard == nil && cfg.Clock.HasAgent() {
-		s, err := clockhealth.LoadSecrets(&cfg.Clock, env)
-		if err != nil {
-			return err
-		}
-		clockSecrets = &s
-	}
-	secrets, err := loadSecrets(cfg, env, clockSecrets)
+	clockSecrets, secrets, err := loadAllSecrets(cfg, env, n.guard == nil)
 	if err != nil {
 		return err
 	}

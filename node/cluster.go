@@ -13,13 +13,11 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"io"
 	"log/slog"
-	"net"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/tckclk/tckclk/internal/config"
 	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/cluster/identity"
 	"github.com/tckclk/tckclk/node/cluster/membership"
@@ -39,40 +37,6 @@ type clusterHooks struct {
 	window     time.Duration           // bootstrap stability window
 	stableFor  time.Duration           // how long a non-voter stays caught up before promotion
 	timing     *consensus.Timing       // Raft's timeouts (nil: consensus.ClusterTiming)
-}
-
-// validateCluster checks the cluster.* keys of a cluster node (files and
-// secrets are checked when they are loaded, at start-up).
-func (c *Config) validateCluster() error {
-	if !c.Clock.HasAgent() {
-		return config.Errorf("clock.agent_addr", "cluster mode needs clock health from an agent (SPEC §3): set clock.agent_addr or clock.agent_addrs")
-	}
-	m := &c.Cluster.Membership
-	if m.BindPort < 0 || m.BindPort > 65535 {
-		return config.Errorf("cluster.membership.bind_port", "%d is outside 0..65535", m.BindPort)
-	}
-	if m.BindAddr != "" {
-		ip := net.ParseIP(m.BindAddr)
-		if ip == nil {
-			return config.Errorf("cluster.membership.bind_addr", "%q is not an IP address", m.BindAddr)
-		}
-		if ip.IsUnspecified() {
-			return config.Errorf("cluster.membership.bind_addr", "%q is unspecified; give the IP this node is reached at (it is advertised to the peers)", m.BindAddr)
-		}
-	}
-	if _, err := membership.ParseJoinAddrs(m.JoinAddrs); err != nil {
-		return err
-	}
-	if p := c.Cluster.Internode.BindPort; p < 0 || p > 65535 {
-		return config.Errorf("cluster.internode.bind_port", "%d is outside 0..65535 (0: the first free port in %d–%d)", p, mesh.AutoPortFirst, mesh.AutoPortLast)
-	}
-	if len(c.Cluster.FailureDomain) > membership.MaxFailureDomainLen {
-		return config.Errorf("cluster.failure_domain", "longer than %d bytes", membership.MaxFailureDomainLen)
-	}
-	if e := c.Cluster.Raft.BootstrapExpect; e > membership.MaxBootstrapExpect {
-		return config.Errorf("cluster.raft.bootstrap_expect", "%d is above %d", e, membership.MaxBootstrapExpect)
-	}
-	return nil
 }
 
 // clusterNode is a cluster node's mesh, membership and the state they
@@ -148,29 +112,46 @@ func (a *advertised) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
 	return "", errNoMeshAddr
 }
 
+// clusterKeys are what a cluster node proves itself with.
+type clusterKeys struct {
+	key    ed25519.PrivateKey
+	trust  *identity.Store
+	secret []byte      // the gossip key
+	tls    *tls.Config // the mesh's mutual TLS (nil: disabled)
+}
+
+// loadClusterKeys reads the identity key, the trust map, the gossip key and
+// the mesh's TLS files. They are checked before the node serves or proves
+// its clock: a misconfiguration is a start-up refusal (exit 2).
+func loadClusterKeys(cfg *Config) (clusterKeys, error) {
+	in := &cfg.Cluster.Internode
+	key, err := identity.Load(string(in.IdentityKey), in.IdentityKeyFile)
+	if err != nil {
+		return clusterKeys{}, err
+	}
+	trust, err := identity.NewStore(cfg.Cluster.Name, key.Public().(ed25519.PublicKey), in.TrustedPeerKeys)
+	if err != nil {
+		return clusterKeys{}, err
+	}
+	secret, err := membership.LoadSecret(string(cfg.Cluster.Membership.SecretKey), cfg.Cluster.Membership.SecretFile)
+	if err != nil {
+		return clusterKeys{}, err
+	}
+	tlsConf, err := mesh.LoadTLS(mesh.TLSConfig(in.TLS))
+	if err != nil {
+		return clusterKeys{}, err
+	}
+	return clusterKeys{key: key, trust: trust, secret: secret, tls: tlsConf}, nil
+}
+
 // loadCluster loads the identity, the trust map and the gossip secret:
 // every refusal is a *config.Error naming the key.
 func (n *Node) loadCluster() (*clusterNode, error) {
-	in := &n.cfg.Cluster.Internode
-	key, err := identity.Load(string(in.IdentityKey), in.IdentityKeyFile)
+	k, err := loadClusterKeys(&n.cfg)
 	if err != nil {
 		return nil, err
 	}
-	trust, err := identity.NewStore(n.cfg.Cluster.Name, key.Public().(ed25519.PublicKey), in.TrustedPeerKeys)
-	if err != nil {
-		return nil, err
-	}
-	secret, err := membership.LoadSecret(string(n.cfg.Cluster.Membership.SecretKey), n.cfg.Cluster.Membership.SecretFile)
-	if err != nil {
-		return nil, err
-	}
-	// TLS files are checked here, before the node serves or proves its
-	// clock: a misconfiguration is a start-up refusal (exit 2).
-	tlsConf, err := mesh.LoadTLS(mesh.TLSConfig(in.TLS))
-	if err != nil {
-		return nil, err
-	}
-	cl := &clusterNode{n: n, log: n.log.With("component", "cluster"), key: key, trust: trust, secret: secret, tls: tlsConf}
+	cl := &clusterNode{n: n, log: n.log.With("component", "cluster"), key: k.key, trust: k.trust, secret: k.secret, tls: k.tls}
 	cl.fwd.cl = cl
 	cl.initLifecycle()
 	return cl, nil

@@ -1,14 +1,19 @@
 package node
 
 import (
+	"cmp"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/tckclk/tckclk/internal/config"
+	"github.com/tckclk/tckclk/internal/secret"
 	"github.com/tckclk/tckclk/node/clockhealth"
+	"github.com/tckclk/tckclk/node/cluster/membership"
+	"github.com/tckclk/tckclk/node/cluster/mesh"
 	"github.com/tckclk/tckclk/node/consensus"
 	"go.yaml.in/yaml/v3"
 )
@@ -272,6 +277,85 @@ func (c *Config) Validate() error {
 		return config.Errorf("log.format", "%q is not text or json", c.Log.Format)
 	}
 	return nil
+}
+
+// validateCluster checks the cluster.* keys of a cluster node (files and
+// secrets are checked when they are loaded, at start-up).
+func (c *Config) validateCluster() error {
+	if !c.Clock.HasAgent() {
+		return config.Errorf("clock.agent_addr", "cluster mode needs clock health from an agent (SPEC §3): set clock.agent_addr or clock.agent_addrs")
+	}
+	m := &c.Cluster.Membership
+	if m.BindPort < 0 || m.BindPort > 65535 {
+		return config.Errorf("cluster.membership.bind_port", "%d is outside 0..65535", m.BindPort)
+	}
+	if m.BindAddr != "" {
+		ip := net.ParseIP(m.BindAddr)
+		if ip == nil {
+			return config.Errorf("cluster.membership.bind_addr", "%q is not an IP address", m.BindAddr)
+		}
+		if ip.IsUnspecified() {
+			return config.Errorf("cluster.membership.bind_addr", "%q is unspecified; give the IP this node is reached at (it is advertised to the peers)", m.BindAddr)
+		}
+	}
+	join, err := membership.ParseJoinAddrs(m.JoinAddrs)
+	if err != nil {
+		return err
+	}
+	// SPEC §5: gossip bound to loopback can never be reached from another
+	// host; a node that joins one would retry "join failed" forever.
+	if bind := cmp.Or(m.BindAddr, "127.0.0.1"); net.ParseIP(bind).IsLoopback() {
+		for _, a := range join {
+			if host, _, _ := net.SplitHostPort(a); !isLoopbackHost(host) {
+				return config.Errorf("cluster.membership.bind_addr", "%s is loopback but cluster.membership.join_addrs names %s, which is not: no node there could ever reach this one; set bind_addr to the IP the peers reach this node at", bind, a)
+			}
+		}
+	}
+	if p := c.Cluster.Internode.BindPort; p < 0 || p > 65535 {
+		return config.Errorf("cluster.internode.bind_port", "%d is outside 0..65535 (0: the first free port in %d–%d)", p, mesh.AutoPortFirst, mesh.AutoPortLast)
+	}
+	if len(c.Cluster.FailureDomain) > membership.MaxFailureDomainLen {
+		return config.Errorf("cluster.failure_domain", "longer than %d bytes", membership.MaxFailureDomainLen)
+	}
+	if e := c.Cluster.Raft.BootstrapExpect; e > membership.MaxBootstrapExpect {
+		return config.Errorf("cluster.raft.bootstrap_expect", "%d is above %d", e, membership.MaxBootstrapExpect)
+	}
+	return nil
+}
+
+// CheckConfig runs every check a start runs before it opens the data dir
+// (ticketd --print-config calls it, so a config it prints is one that
+// starts): the config's own rules, then the secrets — the clock secret(s)
+// when an agent is configured, the API tokens, their distinctness from each
+// other and from the gossip key — and in cluster mode the identity key, the
+// trust map and its self entry, the gossip key and the mesh's TLS files.
+// env is nil for the process environment.
+func CheckConfig(cfg Config, env secret.Lookup) error {
+	cfg.Normalize()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if env == nil {
+		env = os.LookupEnv
+	}
+	if _, _, err := loadAllSecrets(&cfg, env, true); err != nil {
+		return err
+	}
+	if cfg.Cluster.Enabled {
+		if _, err := loadClusterKeys(&cfg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// isLoopbackHost: a loopback IP literal or "localhost"; any other name is
+// taken as another host (it could resolve anywhere).
+func isLoopbackHost(host string) bool {
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback()
+	}
+	return strings.EqualFold(host, "localhost")
 }
 
 func validName(name string) error {

@@ -19,6 +19,22 @@ type namedSecret struct {
 	b   []byte
 }
 
+// loadAllSecrets reads the clock secret(s) when an agent is configured and
+// withClock is set, then the API tokens, and checks them all distinct
+// (loadSecrets).
+func loadAllSecrets(cfg *Config, env secret.Lookup, withClock bool) (*clockhealth.Secrets, apiSecrets, error) {
+	var clock *clockhealth.Secrets
+	if withClock && cfg.Clock.HasAgent() {
+		s, err := clockhealth.LoadSecrets(&cfg.Clock, env)
+		if err != nil {
+			return nil, apiSecrets{}, err
+		}
+		clock = &s
+	}
+	api, err := loadSecrets(cfg, env, clock)
+	return clock, api, err
+}
+
 // loadSecrets reads api.token_file and api.admin_token_file (owner-only
 // files, at least 32 bytes) and checks that every secret the node knows is
 // distinct from every other (SPEC §1.4, §4.1): client token, admin token,

@@ -98,8 +98,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "ticketd: %v\n", err)
 			return 1
 		}
-		stdout.Write(out)
-		return 0
+		// Every check the start runs before it opens the data dir (secrets,
+		// identity, trust map, TLS files): exit 0 only for a config that
+		// starts. The config is printed either way, under a first line that
+		// says why it would not start.
+		status := 0
+		if err := node.CheckConfig(cfg, nil); err != nil {
+			fmt.Fprintf(stdout, "# NOT STARTABLE: %v\n", err)
+			fmt.Fprintf(stderr, "ticketd: %v\n", err)
+			status = 2
+		}
+		_, _ = stdout.Write(out)
+		return status
 	}
 	log := newLogger(stderr, cfg.Log)
 	if *pprofAddr != "" {

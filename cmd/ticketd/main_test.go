@@ -143,6 +143,7 @@ func TestDeployExampleClockKeys(t *testing.T) {
 	if n < 10 {
 		t.Fatalf("only %d commented clock keys found in the example", n)
 	}
+	t.Setenv("CLUSTER_CLOCK_AGENT_SECRET", "a clock secret of at least thirty-two bytes") // the example's secret_file is commented out
 	code, printed, errs := runCmd(t, "--config", writeConfig(t, strings.Join(out, "\n")), "--print-config")
 	if code != 0 || !strings.Contains(printed, "agent_addr: 10.0.0.5:7970") || !strings.Contains(printed, "staleness_ms: 3000") {
 		t.Fatalf("exit %d: %s\n%s", code, errs, printed)
@@ -166,6 +167,87 @@ func TestExitCodes(t *testing.T) {
 	} {
 		if got := exitCode(c.err); got != c.code {
 			t.Errorf("%v: exit %d, want %d", c.err, got, c.code)
+		}
+	}
+}
+
+// --print-config runs every check the start runs before it opens the data
+// dir, so a config it passes is one that starts: a cluster config without
+// an identity, a trust map without this node, a missing token file or a
+// clock secret equal to the gossip key exit 2 naming the key — with the
+// config still printed under a first line that says why.
+func TestPrintConfigRunsTheStartChecks(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	gossip := write("gossip.key", "c3VwZXItc2VjcmV0LWdvc3NpcC1rZXktMzItYnl0ZXMhIQ==\n")
+	clock := write("clock.secret", "a clock secret of at least thirty-two bytes\n")
+	cluster := func(extra string) string {
+		return writeConfig(t, "cluster:\n  enabled: true\n  membership:\n    secret_file: "+gossip+"\n"+extra+
+			"clock:\n  agent_addr: 127.0.0.1:7970\n  secret_file: "+clock+"\n")
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		msg  string
+	}{
+		{"cluster without an identity", []string{"--config", cluster("")}, "identity"},
+		{"identity file missing", []string{"--config", cluster("  internode:\n    identity_key_file: " + filepath.Join(dir, "none.key") + "\n")}, "identity_key_file"},
+		{"token file missing", []string{"--api.token_file", filepath.Join(dir, "none.token")}, "api.token_file"},
+		{"clock secret file missing", []string{"--clock.agent_addr", "127.0.0.1:7970", "--clock.secret_file", filepath.Join(dir, "none.secret")}, "clock.secret_file"},
+		{"gossip key reused as the clock secret", []string{"--config", cluster(""), "--clock.secret_file", gossip}, "clock.secret_file"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, errs := runCmd(t, append(c.args, "--print-config")...)
+			if code != 2 || !strings.Contains(errs, c.msg) {
+				t.Fatalf("exit %d, stderr %q; want 2 naming %q", code, errs, c.msg)
+			}
+			if !strings.HasPrefix(out, "# NOT STARTABLE: ") || !strings.Contains(out, "\ncluster:\n") {
+				t.Fatalf("want the config under a NOT STARTABLE line:\n%s", out)
+			}
+		})
+	}
+}
+
+// SPEC §5: gossip bound to loopback while join_addrs names another host
+// could never be reached; the start (and --print-config) refuses it naming
+// cluster.membership.bind_addr.
+func TestLoopbackBindWithRemoteJoinRefused(t *testing.T) {
+	base := []string{"--cluster.enabled", "--clock.agent_addr", "127.0.0.1:7970"}
+	for _, c := range []struct {
+		args []string
+		ok   bool
+	}{
+		{[]string{"--cluster.membership.join_addrs", "10.0.0.2:7946"}, false},
+		{[]string{"--cluster.membership.join_addrs", "127.0.0.2:7946,db-2.example:7946"}, false},
+		{[]string{"--cluster.membership.bind_addr", "127.0.0.1", "--cluster.membership.join_addrs", "10.0.0.2"}, false},
+		{[]string{"--cluster.membership.join_addrs", "127.0.0.2:7946,localhost:7947"}, true},
+		{[]string{"--cluster.membership.bind_addr", "10.0.0.1", "--cluster.membership.join_addrs", "10.0.0.2:7946"}, true},
+	} {
+		code, _, errs := runCmd(t, append(append(base, c.args...), "--print-config")...)
+		refused := code == 2 && strings.Contains(errs, "cluster.membership.bind_addr") && strings.Contains(errs, "is loopback")
+		if refused == c.ok {
+			t.Errorf("%v: exit %d, %s", c.args, code, errs)
+		}
+	}
+}
+
+// --help says what cluster mode is (it once said "not available yet") and
+// names every subcommand in its usage lines.
+func TestHelpNamesClusterModeAndSubcommands(t *testing.T) {
+	_, _, errs := runCmd(t, "--help")
+	if strings.Contains(errs, "not available") {
+		t.Errorf("--help still calls something not available:\n%s", errs)
+	}
+	usage, _, _ := strings.Cut(errs, "\n\n")
+	for _, want := range []string{"ticketd recover --from"} {
+		if !strings.Contains(usage, want) {
+			t.Errorf("the usage lines lack %q:\n%s", want, usage)
 		}
 	}
 }
