@@ -3,10 +3,8 @@ package protocol
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding"
 	"encoding/binary"
-	"hash"
-	"sync"
-	"sync/atomic"
 )
 
 // DevReferenceLabel is the HMAC message that derives the key a --dev agent
@@ -24,80 +22,99 @@ func DevKey(secret []byte) []byte {
 
 // AppendMACInput appends the 50 bytes the MAC covers (SPEC §1.3) to dst.
 func AppendMACInput(dst []byte, r *Response) []byte {
-	dst = append(dst, Magic...)
-	dst = append(dst, 0)
-	dst = binary.BigEndian.AppendUint16(dst, Version)
-	dst = append(dst, r.Nonce[:]...)
-	dst = binary.BigEndian.AppendUint64(dst, r.ReferenceUnixMs)
-	dst = binary.BigEndian.AppendUint64(dst, r.UncertaintyMs)
+	var in [MACInputSize]byte
+	putMACInput(&in, r)
+	return append(dst, in[:]...)
+}
+
+// putMACInput lays down the 50 bytes of SPEC §1.3 at their fixed offsets.
+func putMACInput(in *[MACInputSize]byte, r *Response) {
+	copy(in[:6], Magic)
+	in[6] = 0
+	binary.BigEndian.PutUint16(in[7:], Version)
+	copy(in[9:25], r.Nonce[:])
+	binary.BigEndian.PutUint64(in[25:], r.ReferenceUnixMs)
+	binary.BigEndian.PutUint64(in[33:], r.UncertaintyMs)
+	in[41] = 0
 	if r.Synced {
-		dst = append(dst, 1)
-	} else {
-		dst = append(dst, 0)
+		in[41] = 1
 	}
-	return binary.BigEndian.AppendUint64(dst, r.SourceAgeMs)
+	binary.BigEndian.PutUint64(in[42:], r.SourceAgeMs)
 }
 
-// Key is an HMAC key prepared for signing and verifying many samples; it is
-// safe for concurrent use. The key bytes are never exposed or printed.
+// Key is an HMAC-SHA-256 key prepared for signing and verifying many
+// samples: it holds the SHA-256 states after the key's inner and outer pad
+// blocks (FIPS 198-1 §6 allows precomputing them; they are as secret as the
+// key), as crypto/hmac keeps them after its first Reset. A Key never
+// changes, so it is safe for concurrent use without locks or pools; each MAC
+// runs on a digest on the caller's stack. The key material is never exposed
+// or printed.
 type Key struct {
-	key  []byte
-	idle atomic.Pointer[macState] // one prepared state kept for the next caller
-	pool sync.Pool                // more, under concurrency
+	inner, outer []byte // marshaled SHA-256 states after K⊕ipad and K⊕opad
 }
 
-// NewKey prepares key (a secret, or DevKey(secret)). The bytes are copied.
+// NewKey prepares key (a secret, or DevKey(secret)). The bytes are not kept.
 func NewKey(key []byte) *Key {
-	return &Key{key: append([]byte(nil), key...)}
+	if len(key) > sha256.BlockSize { // RFC 2104 §2: a longer key is hashed first
+		sum := sha256.Sum256(key)
+		key = sum[:]
+	}
+	var ipad, opad [sha256.BlockSize]byte
+	copy(ipad[:], key)
+	copy(opad[:], key)
+	for i := range ipad {
+		ipad[i] ^= 0x36
+		opad[i] ^= 0x5c
+	}
+	return &Key{inner: padState(&ipad), outer: padState(&opad)}
 }
 
-type macState struct {
-	h   hash.Hash
-	in  [MACInputSize]byte
-	sum [MACSize]byte
+// padState is the marshaled SHA-256 state after one pad block.
+func padState(pad *[sha256.BlockSize]byte) []byte {
+	h := sha256.New()
+	h.Write(pad[:])
+	state, err := h.(encoding.BinaryMarshaler).MarshalBinary()
+	if err != nil { // crypto/sha256 documents that its digests marshal
+		panic("protocol: SHA-256 state does not marshal: " + err.Error())
+	}
+	return state
 }
 
 // String hides the key material.
 func (k *Key) String() string { return "protocol.Key(redacted)" }
 
-func (k *Key) get() *macState {
-	if s := k.idle.Swap(nil); s != nil {
-		return s
+// mac sets sum to HMAC-SHA-256(key, MAC input of r). sha256.New is inlined
+// here, so its digest stays on the stack and its methods are called
+// directly.
+func (k *Key) mac(r *Response, sum *[MACSize]byte) {
+	var in [MACInputSize]byte
+	putMACInput(&in, r)
+	h := sha256.New()
+	u := h.(encoding.BinaryUnmarshaler)
+	if err := u.UnmarshalBinary(k.inner); err != nil {
+		panic("protocol: SHA-256 state does not unmarshal: " + err.Error())
 	}
-	if s, ok := k.pool.Get().(*macState); ok {
-		return s
+	h.Write(in[:])
+	h.Sum(sum[:0])
+	if err := u.UnmarshalBinary(k.outer); err != nil {
+		panic("protocol: SHA-256 state does not unmarshal: " + err.Error())
 	}
-	return &macState{h: hmac.New(sha256.New, k.key)}
-}
-
-func (k *Key) put(s *macState) {
-	if !k.idle.CompareAndSwap(nil, s) {
-		k.pool.Put(s)
-	}
-}
-
-// compute leaves the MAC of r in s.sum; the caller returns s to the pool.
-func (k *Key) compute(r *Response) *macState {
-	s := k.get()
-	s.h.Reset()
-	s.h.Write(AppendMACInput(s.in[:0], r))
-	s.h.Sum(s.sum[:0])
-	return s
+	h.Write(sum[:])
+	h.Sum(sum[:0])
 }
 
 // Sign sets r.MAC.
 func (k *Key) Sign(r *Response) {
-	s := k.compute(r)
-	r.MAC = s.sum
-	k.put(s)
+	var sum [MACSize]byte
+	k.mac(r, &sum)
+	r.MAC = sum
 }
 
 // Verify checks r.MAC in constant time; a mismatch has reason mac.
 func (k *Key) Verify(r *Response) error {
-	s := k.compute(r)
-	equal := constantTimeEqual(&s.sum, (*[MACSize]byte)(&r.MAC))
-	k.put(s)
-	if !equal {
+	var sum [MACSize]byte
+	k.mac(r, &sum)
+	if !constantTimeEqual(&sum, (*[MACSize]byte)(&r.MAC)) {
 		return errMAC
 	}
 	return nil
@@ -130,9 +147,9 @@ func (kr KeyRing) Verify(r *Response) error {
 	ok := false
 	for _, k := range kr {
 		if k != nil {
-			s := k.compute(r)
-			ok = constantTimeEqual(&s.sum, (*[MACSize]byte)(&r.MAC)) || ok
-			k.put(s)
+			var sum [MACSize]byte
+			k.mac(r, &sum)
+			ok = constantTimeEqual(&sum, (*[MACSize]byte)(&r.MAC)) || ok
 		}
 	}
 	if !ok {
@@ -151,7 +168,16 @@ func CheckResponse(line []byte, wantNonce Nonce, keys KeyRing) error {
 
 // ParseVerify is ParseResponse followed by keys.Verify.
 func ParseVerify(line []byte, wantNonce Nonce, keys KeyRing) (r Response, err error) {
-	if err = parseResponseInto(&r, line); err != nil {
+	if parseVerifyFast(&r, line, &wantNonce, keys) {
+		return r, nil
+	}
+	return parseVerifyOrdered(line, wantNonce, keys)
+}
+
+// parseVerifyOrdered runs the checks of SPEC §1.5 one after the other and
+// returns the first failure.
+func parseVerifyOrdered(line []byte, wantNonce Nonce, keys KeyRing) (r Response, err error) {
+	if err = parseResponseOrdered(&r, line); err != nil {
 		return Response{}, err
 	}
 	if r.Nonce != wantNonce {

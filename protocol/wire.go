@@ -171,58 +171,6 @@ func parseResponseInto(r *Response, line []byte) error {
 	return parseResponseOrdered(r, line)
 }
 
-// parseResponseFast accepts exactly the canonical lines parseResponseOrdered
-// accepts, reading each fixed part in place; on any doubt it returns false
-// and the ordered checks decide the reason (TestFastPathAgrees and the
-// differential fuzz target hold the two together).
-func parseResponseFast(r *Response, line []byte) bool {
-	const head = "TCKCLK 2 "
-	const minLen = len(head) + NonceChars + 1 + 2 + 2 + 2 + 2 + MACChars
-	if len(line) > MaxLine || len(line) < minLen || string(line[:len(head)]) != head {
-		return false
-	}
-	i := len(head)
-	if !decodeB64(r.Nonce[:], line[i:i+NonceChars], NonceChars) || line[i+NonceChars] != ' ' {
-		return false
-	}
-	i += NonceChars + 1
-	var ok bool
-	if r.ReferenceUnixMs, i, ok = scanUint(line, i); !ok {
-		return false
-	}
-	if r.UncertaintyMs, i, ok = scanUint(line, i); !ok {
-		return false
-	}
-	if i+2 > len(line) || line[i+1] != ' ' || (line[i] != '0' && line[i] != '1') {
-		return false
-	}
-	r.Synced = line[i] == '1'
-	if r.SourceAgeMs, i, ok = scanUint(line, i+2); !ok {
-		return false
-	}
-	return decodeB64(r.MAC[:], line[i:], MACChars)
-}
-
-// scanUint reads a canonical decimal starting at line[i] that must be
-// followed by a space; it returns the value and the index after the space.
-func scanUint(line []byte, i int) (uint64, int, bool) {
-	var v uint64
-	j := i
-	for ; j < len(line); j++ {
-		c := line[j] - '0'
-		if c > 9 {
-			break
-		}
-		v = v*10 + uint64(c) // may wrap for > 20 digits: rejected below
-	}
-	n := j - i
-	if j == len(line) || line[j] != ' ' || n == 0 || n > 20 || (line[i] == '0' && n > 1) ||
-		(n == 20 && string(line[i:j]) > "18446744073709551615") {
-		return 0, 0, false
-	}
-	return v, j + 1, true
-}
-
 // parseResponseOrdered runs the checks of SPEC §1.5 one after the other, so
 // the first failing one names the reason.
 func parseResponseOrdered(r *Response, line []byte) error {
@@ -329,17 +277,33 @@ func parseUint(s []byte) (uint64, bool) {
 	return v, true
 }
 
-// b64dec maps a base64url character to its 6-bit value; 0xff marks any
-// other byte (encoding/base64 would skip CR and LF, so the table is ours).
-var b64dec = func() (t [256]byte) {
-	for i := range t {
-		t[i] = 0xff
-	}
-	for i, c := range []byte("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") {
-		t[c] = byte(i)
+// b64quad[j][c] is the 6-bit value of the base64url character c as the
+// j-th of a group of four (shifted left by 18−6j, so a group's four values
+// OR together into its 24 bits), or b64invalid for any other byte
+// (encoding/base64 would skip CR and LF, so the table is ours).
+var b64quad = func() (t [4][256]uint32) {
+	for j := range t {
+		for c := range t[j] {
+			t[j][c] = b64invalid
+		}
+		for v, c := range []byte(b64alphabet) {
+			t[j][c] = uint32(v) << (18 - 6*j)
+		}
 	}
 	return t
 }()
+
+const (
+	b64alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	b64invalid  = 1 << 31
+)
+
+// quad decodes the group of four characters at s into its 24 bits; bit 31
+// is set if any of them is outside the alphabet.
+func quad(s []byte) uint32 {
+	s = s[:4]
+	return b64quad[0][s[0]] | b64quad[1][s[1]] | b64quad[2][s[2]] | b64quad[3][s[3]]
+}
 
 // decodeB64 decodes exactly chars base64url characters (no padding) into
 // dst, which must hold chars*6/8 bytes, rejecting any other character and
@@ -350,42 +314,38 @@ func decodeB64(dst []byte, src []byte, chars int) bool {
 	if len(src) != chars || len(dst) != chars*6/8 {
 		return false
 	}
-	var bad byte // valid values are < 64: any 0xff leaves the top bits set
+	var bad uint32
 	si, di := 0, 0
 	for ; si+8 <= len(src) && di+8 <= len(dst); si, di = si+8, di+6 {
-		s := (*[8]byte)(src[si : si+8])
-		a, b, c, d := b64dec[s[0]], b64dec[s[1]], b64dec[s[2]], b64dec[s[3]]
-		e, f, g, h := b64dec[s[4]], b64dec[s[5]], b64dec[s[6]], b64dec[s[7]]
-		bad |= a | b | c | d | e | f | g | h
-		v := uint64(a)<<58 | uint64(b)<<52 | uint64(c)<<46 | uint64(d)<<40 |
-			uint64(e)<<34 | uint64(f)<<28 | uint64(g)<<22 | uint64(h)<<16
-		binary.BigEndian.PutUint64(dst[di:], v) // the last 2 bytes are rewritten next
+		g, h := quad(src[si:]), quad(src[si+4:])
+		bad |= g | h
+		binary.BigEndian.PutUint64(dst[di:], uint64(g)<<40|uint64(h)<<16) // the last 2 bytes are rewritten next
 	}
 	for ; si+4 <= len(src); si, di = si+4, di+3 {
-		s, d := (*[4]byte)(src[si:si+4]), (*[3]byte)(dst[di:di+3])
-		a, b, c, e := b64dec[s[0]], b64dec[s[1]], b64dec[s[2]], b64dec[s[3]]
-		bad |= a | b | c | e
-		d[0], d[1], d[2] = a<<2|b>>4, b<<4|c>>2, c<<6|e
+		g := quad(src[si:])
+		bad |= g
+		d := (*[3]byte)(dst[di:])
+		d[0], d[1], d[2] = byte(g>>16), byte(g>>8), byte(g)
 	}
 	s, d := src[si:], dst[di:]
 	switch len(s) {
 	case 0:
 	case 2: // 12 bits: one byte, 4 unused bits must be zero
-		a, b := b64dec[s[0]], b64dec[s[1]]
-		bad |= a | b
-		if b&0x0f != 0 {
+		g := b64quad[0][s[0]] | b64quad[1][s[1]]
+		if g&0xf000 != 0 {
 			return false
 		}
-		d[0] = a<<2 | b>>4
+		bad |= g
+		d[0] = byte(g >> 16)
 	case 3: // 18 bits: two bytes, 2 unused bits must be zero
-		a, b, c := b64dec[s[0]], b64dec[s[1]], b64dec[s[2]]
-		bad |= a | b | c
-		if c&0x03 != 0 {
+		g := b64quad[0][s[0]] | b64quad[1][s[1]] | b64quad[2][s[2]]
+		if g&0xc0 != 0 {
 			return false
 		}
-		d[0], d[1] = a<<2|b>>4, b<<4|c>>2
+		bad |= g
+		d[0], d[1] = byte(g>>16), byte(g>>8)
 	default:
 		return false
 	}
-	return bad&0xc0 == 0
+	return bad&b64invalid == 0
 }

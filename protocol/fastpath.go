@@ -1,0 +1,137 @@
+package protocol
+
+import "encoding/binary"
+
+// The accept-only paths. A response line that passes every check of SPEC
+// §1.5 is read once, in place, each field with the least work its check
+// needs; on any doubt they return false and the ordered checks
+// (parseResponseOrdered, then the nonce, then the MAC) run and name the
+// reason, so the order of rejection reasons is theirs alone.
+// TestFastPathAgrees, TestParseVerifyFastAgrees and the differential fuzz
+// targets hold the two paths together.
+
+const (
+	head      = "TCKCLK 2 "
+	nonceAt   = len(head)                   // first character of the nonce
+	numbersAt = nonceAt + NonceChars + 1    // first digit of reference_unix_ms
+	minLine   = numbersAt + len("0 0 0 0 ") // + MACChars: one-digit numbers
+)
+
+// frameOK checks the length, the fixed head and the space after the nonce.
+func frameOK(line []byte) bool {
+	return len(line) >= minLine+MACChars && len(line) <= MaxLine &&
+		string(line[:len(head)]) == head && line[numbersAt-1] == ' '
+}
+
+// readNumbers reads "reference uncertainty synced age " from numbersAt to
+// the MAC field, which must fill the last MACChars bytes, in one pass over
+// the bytes: each number is a run of digits ended by a space.
+func readNumbers(r *Response, line []byte) bool {
+	l := line[numbersAt : len(line)-MACChars]
+	var f [4]uint64
+	field, start := 0, 0
+	var v uint64
+	for i, c := range l {
+		if d := c - '0'; d <= 9 {
+			v = v*10 + uint64(d) // wraps only past u64 max: refused below
+			continue
+		}
+		n := i - start
+		if c != ' ' || field == len(f) || n == 0 || n > 1 && l[start] == '0' || field == 2 && n != 1 ||
+			n >= 20 && (n > 20 || string(l[start:i]) > "18446744073709551615") { // same length: lexical order is numeric
+			return false
+		}
+		f[field] = v
+		field, start, v = field+1, i+1, 0
+	}
+	if field != len(f) || start != len(l) || f[2] > 1 {
+		return false
+	}
+	r.ReferenceUnixMs, r.UncertaintyMs, r.Synced, r.SourceAgeMs = f[0], f[1], f[2] == 1, f[3]
+	return true
+}
+
+// parseResponseFast accepts exactly the canonical lines parseResponseOrdered
+// accepts, with the same values.
+func parseResponseFast(r *Response, line []byte) bool {
+	return frameOK(line) && decodeB64(r.Nonce[:], line[nonceAt:nonceAt+NonceChars], NonceChars) &&
+		readNumbers(r, line) && decodeB64(r.MAC[:], line[len(line)-MACChars:], MACChars)
+}
+
+// parseVerifyFast is ParseVerify for a line that passes. The numbers make
+// the MAC input complete (the nonce in it is want's), so the first MAC is
+// computed before the received nonce and MAC are even looked at: their
+// checks do not depend on the hashing and overlap it. The nonce is compared
+// in its text form with the encoding of want, as text equal to a canonical
+// encoding is canonical. Every key is tried, so the time taken does not
+// reveal which one matched.
+func parseVerifyFast(r *Response, line []byte, want *Nonce, keys KeyRing) bool {
+	if !frameOK(line) || !readNumbers(r, line) {
+		return false
+	}
+	r.Nonce = *want
+	checked, ok := false, false
+	for _, k := range keys {
+		if k == nil {
+			continue
+		}
+		var sum [MACSize]byte
+		k.mac(r, &sum)
+		if !checked {
+			if nonceTextDiff(want, line[nonceAt:numbersAt+1]) != 0 ||
+				!decodeMAC(&r.MAC, (*[MACChars]byte)(line[len(line)-MACChars:])) {
+				return false
+			}
+			checked = true
+		}
+		ok = constantTimeEqual(&sum, (*[MACSize]byte)(&r.MAC)) || ok
+	}
+	return ok
+}
+
+// decodeMAC is decodeB64(dst[:], t[:], MACChars) unrolled: ten groups of
+// four characters and three more, packed into the four big-endian words of
+// dst. Any character outside the alphabet sets bit 31 of its group, which
+// may spill into the packed words; then the words do not matter.
+func decodeMAC(dst *MAC, t *[MACChars]byte) bool {
+	q := func(i int) uint64 {
+		return uint64(b64quad[0][t[i]] | b64quad[1][t[i+1]] | b64quad[2][t[i+2]] | b64quad[3][t[i+3]])
+	}
+	g0, g1, g2, g3, g4 := q(0), q(4), q(8), q(12), q(16)
+	g5, g6, g7, g8, g9 := q(20), q(24), q(28), q(32), q(36)
+	x := uint64(b64quad[0][t[40]] | b64quad[1][t[41]] | b64quad[2][t[42]]) // 16 bits and 2 unused
+	be := binary.BigEndian
+	be.PutUint64(dst[0:], g0<<40|g1<<16|g2>>8)
+	be.PutUint64(dst[8:], g2<<56|g3<<32|g4<<8|g5>>16)
+	be.PutUint64(dst[16:], g5<<48|g6<<24|g7)
+	be.PutUint64(dst[24:], g8<<40|g9<<16|x>>8)
+	return (g0|g1|g2|g3|g4|g5|g6|g7|g8|g9|x)&b64invalid|x&0xc0 == 0
+}
+
+// b64pairs maps 12 bits to their two base64url characters, the first in the
+// low byte (wire order for a little-endian load).
+var b64pairs = func() (t [4096]uint16) {
+	for i := range t {
+		t[i] = uint16(b64alphabet[i>>6]) | uint16(b64alphabet[i&63])<<8
+	}
+	return t
+}()
+
+// encode48 returns the 8 characters of the 48 bits in the low bits of v, in
+// wire order for a little-endian load. For public data only (a nonce): the
+// table lookups are indexed by v.
+func encode48(v uint64) uint64 {
+	return uint64(b64pairs[v>>36&0xfff]) | uint64(b64pairs[v>>24&0xfff])<<16 |
+		uint64(b64pairs[v>>12&0xfff])<<32 | uint64(b64pairs[v&0xfff])<<48
+}
+
+// nonceTextDiff is zero exactly when text starts with the 22-character
+// canonical encoding of n.
+func nonceTextDiff(n *Nonce, text []byte) uint64 {
+	t := text[:24]
+	be, le := binary.BigEndian, binary.LittleEndian
+	d := encode48(be.Uint64(n[0:])>>16) ^ le.Uint64(t[0:])
+	d |= encode48(be.Uint64(n[6:])>>16) ^ le.Uint64(t[8:])
+	// the last 32 bits in 6 characters, the 4 unused bits zero
+	return d | (encode48(uint64(be.Uint32(n[12:]))<<16)^le.Uint64(t[16:]))&(1<<48-1)
+}
