@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/tckclk/tckclk/protocol"
@@ -185,6 +187,63 @@ func FuzzLineReader(f *testing.F) {
 		var pe *protocol.Error
 		if eof != nil && !errors.As(eof, &pe) {
 			t.Fatal("untyped error")
+		}
+	})
+}
+
+// FuzzParseVerify builds correctly signed responses from fuzzed fields (the
+// naive MAC, base64 and decimal of the standard library: nothing of
+// protocol's), signed by one key of a ring, the other, or a key outside it,
+// optionally with one byte changed and the nonce expected differently; then
+// ParseVerify must give the reason and values the naive parser and naive MAC
+// give. Mutated-line targets rarely carry a valid MAC; this one reaches
+// ParseVerify's accepting path with every shape of number and nonce.
+func FuzzParseVerify(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, uint64(1767225600123), uint64(3), true, uint64(812), uint8(0), uint16(0), byte(0), false)
+	f.Add([]byte{0xff, 0xfb, 0xef}, uint64(1<<64-1), uint64(0), false, uint64(1e19), uint8(5), uint16(40), byte('0'), false)
+	f.Add([]byte{0x3e, 0x3f}, uint64(0), uint64(9), true, uint64(10), uint8(2), uint16(0), byte(0), true)
+	secrets := [][]byte{
+		[]byte("tckclk-test-vector-secret-0123456789abcdef"),
+		[]byte("tckclk-next-secret-0123456789abcdef-rotation"),
+		[]byte("tckclk-other-secret-0123456789abcdef-foreign"),
+	}
+	keys := []*protocol.Key{protocol.NewKey(secrets[0]), protocol.NewKey(secrets[1])}
+	f.Fuzz(func(t *testing.T, nonce []byte, ref, unc uint64, synced bool, age uint64, signer uint8, pos uint16, b byte, wrongNonce bool) {
+		r := protocol.Response{ReferenceUnixMs: ref, UncertaintyMs: unc, Synced: synced, SourceAgeMs: age}
+		copy(r.Nonce[:], nonce)
+		r.MAC = naiveMAC(secrets[int(signer)%3], r)
+		ring := protocol.KeyRing{keys[0], keys[1]}
+		if signer&4 != 0 {
+			ring = ring[:1]
+		}
+		s := "0"
+		if synced {
+			s = "1"
+		}
+		line := []byte(strings.Join([]string{"TCKCLK", "2", strictB64.EncodeToString(r.Nonce[:]),
+			strconv.FormatUint(ref, 10), strconv.FormatUint(unc, 10), s, strconv.FormatUint(age, 10),
+			strictB64.EncodeToString(r.MAC[:])}, " "))
+		if pos > 0 {
+			line[int(pos)%len(line)] = b
+		}
+		want := r.Nonce
+		if wrongNonce {
+			want[15] ^= 1
+		}
+
+		got, err := protocol.ParseVerify(line, want, ring)
+		naive := naiveParseResponse(string(line), want)
+		if naive.reason == "" && !naiveMACValid(secrets[0], naive.resp) && (len(ring) == 1 || !naiveMACValid(secrets[1], naive.resp)) {
+			naive.reason = protocol.ReasonMAC
+		}
+		if reason := reasonOf(t, err); reason != naive.reason {
+			t.Fatalf("%q: ParseVerify says %q (%v), naive %q", line, reason, err, naive.reason)
+		}
+		if err == nil && got != naive.resp {
+			t.Fatalf("%q: values %+v vs naive %+v", line, got, naive.resp)
+		}
+		if err != nil && got != (protocol.Response{}) {
+			t.Fatalf("%q: rejected with values %+v", line, got)
 		}
 	})
 }
