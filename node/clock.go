@@ -93,7 +93,7 @@ func (n *Node) buildMonitor(deps *Deps, env secret.Lookup, wall WallClock, mono 
 func (n *Node) clockCheck(ctx context.Context) error {
 	n.stage.set(StageClockCheck, fmt.Sprintf("waiting for %d consecutive healthy samples", clockhealth.ClockCheckSamples))
 	n.log.Info("clock_check: proving the clock before opening Raft", "samples", clockhealth.ClockCheckSamples,
-		"agents", n.cfg.Clock.Agents(), "probe_interval_ms", n.cfg.Clock.ProbeIntervalMs)
+		"agents", n.cfg.Clock.Agents(), "probe_interval_ms", n.cfg.Clock.ProbeIntervalMs, "burst", n.cfg.Clock.Burst)
 	err := n.mon.ClockCheck(ctx)
 	if err == nil {
 		n.log.Info("clock_check passed")

@@ -112,11 +112,16 @@ func TestBlackBoxJitteryAgent(t *testing.T) {
 	if err != nil || !st.Clock.Healthy || st.Clock.LastSample == nil || st.Clock.LastSample.RTTMs > 125 {
 		t.Fatalf("clock status %+v (%v)", st.Clock, err)
 	}
-	if delayed.Load() == 0 || slow < 1 || slow > float64(delayed.Load()) {
-		t.Fatalf("%d answers delayed, clock_exchanges_total{slow} %v: want 1..=delayed", delayed.Load(), slow)
+	// Every delayed answer is a slow exchange (or, past the 500 ms deadline
+	// on a starved machine, an incomplete one); a loaded machine can slow
+	// others too — the burst is there for both.
+	incomplete := metricValue(t, p, `clock_exchanges_total{result="incomplete"}`)
+	if delayed.Load() == 0 || slow < 1 || slow+incomplete < float64(delayed.Load()-1) { // one may be in flight
+		t.Fatalf("%d answers delayed, clock_exchanges_total slow %v + incomplete %v: want at least one slow, and as many tried again as delayed",
+			delayed.Load(), slow, incomplete)
 	}
-	t.Logf("%v of jitter: %d answers, %d delayed 200 ms, %v slow exchanges retried, %d grants served, healthy throughout",
-		run, n.Load(), delayed.Load(), slow, grants)
+	t.Logf("%v of jitter: %d answers, %d delayed 200 ms; %v slow and %v incomplete exchanges tried again; %d grants served, healthy throughout",
+		run, n.Load(), delayed.Load(), slow, incomplete, grants)
 
 	start := time.Now()
 	lying.Store(true)
