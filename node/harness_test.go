@@ -111,7 +111,8 @@ func tryStart(t testing.TB, cfg Config, deps Deps, waitReady bool, opts ...clien
 		scheme = "https://"
 	}
 	tn := &testNode{t: t, url: scheme + ln.Addr().String(), cancel: cancel, done: make(chan error, 1), tr: &http.Transport{}}
-	opts = append([]client.Option{client.WithHTTPClient(&http.Client{Transport: tn.tr, Timeout: 30 * time.Second})}, opts...)
+	// No failover rounds: the node tests read each answer as the node gave it.
+	opts = append([]client.Option{client.WithHTTPClient(&http.Client{Transport: tn.tr, Timeout: 30 * time.Second}), client.WithFailover(0)}, opts...)
 	tn.c, err = client.New(tn.url, opts...)
 	if err != nil {
 		t.Fatal(err)

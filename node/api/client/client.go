@@ -6,23 +6,29 @@
 // deadline, not any server time, is what code should trust: stop using the
 // ticket's fencing token before it passes.
 //
+// A client takes several addresses ("http://a:7980,http://b:7980") and
+// follows the cluster: it moves to the next address when one cannot
+// serve, repeats only what is safe to repeat, and counts deadlines from
+// an op's first send (failover.go has the rules).
+//
 // Hazard: Deadline carries Go's monotonic clock reading; compare it only
 // with time.Now() (time.Until, Before). Serialising it strips the monotonic
 // reading and leaves a wall time, which is not safe to trust.
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/tckclk/tckclk/node/api/wire"
-	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,14 +38,21 @@ const ClockErrorPPM = 500
 // DefaultAddr is ticketd's default API address.
 const DefaultAddr = "http://127.0.0.1:7980"
 
-// Client talks to one ticketd.
+// dialTimeout bounds a connection attempt of the default HTTP client, so
+// that an address whose host is gone (no answer at all, not even a
+// refusal) costs little before the next is tried.
+const dialTimeout = 3 * time.Second
+
+// Client talks to one ticketd, or to the nodes of a cluster.
 type Client struct {
-	base  string
-	hc    *http.Client
-	token string
-	admin string
-	now   func() time.Time
-	co    *coalescer // WithCoalescing; nil: one request per call
+	addrs    []string // "scheme://host:port", in the order given
+	pref     atomic.Int64
+	failover time.Duration
+	hc       *http.Client
+	token    string
+	admin    string
+	now      func() time.Time
+	co       *coalescer // WithCoalescing; nil: one request per call
 
 	coInFlight int
 }
@@ -47,7 +60,9 @@ type Client struct {
 // Option configures a Client.
 type Option func(*Client)
 
-// WithHTTPClient uses hc (e.g. with a TLS configuration).
+// WithHTTPClient uses hc (e.g. with a TLS configuration). Give its
+// transport a dial timeout when the client has several addresses: an
+// unreachable host then costs that timeout before the next is tried.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
 
 // WithToken sends the client bearer token (api.token_file on the server).
@@ -61,20 +76,18 @@ func WithAdminToken(tok string) Option { return func(c *Client) { c.admin = tok 
 // The returned times should carry a monotonic reading, as time.Now's do.
 func WithClock(now func() time.Time) Option { return func(c *Client) { c.now = now } }
 
-// New returns a client for addr ("http://host:port", "https://host:port"
-// or "host:port", which means http).
+// New returns a client for addr: one address ("http://host:port",
+// "https://host:port" or "host:port", which means http) or several
+// separated by commas ("http://a:7980,http://b:7980"), the nodes of one
+// cluster; "" is DefaultAddr.
 func New(addr string, opts ...Option) (*Client, error) {
-	if addr == "" {
-		addr = DefaultAddr
+	addrs, err := ParseAddrs(addr)
+	if err != nil {
+		return nil, err
 	}
-	if !strings.Contains(addr, "://") {
-		addr = "http://" + addr
-	}
-	u, err := url.Parse(addr)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-		return nil, fmt.Errorf("client: address %q is not http(s)://HOST:PORT", addr)
-	}
-	c := &Client{base: u.Scheme + "://" + u.Host, hc: &http.Client{Timeout: 30 * time.Second}, now: time.Now}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	c := &Client{addrs: addrs, failover: DefaultFailover, hc: &http.Client{Transport: tr, Timeout: 30 * time.Second}, now: time.Now}
 	for _, o := range opts {
 		o(c)
 	}
@@ -83,6 +96,37 @@ func New(addr string, opts ...Option) (*Client, error) {
 	}
 	return c, nil
 }
+
+// ParseAddrs checks a list of addresses as New takes it and returns each
+// as "scheme://host:port".
+func ParseAddrs(list string) ([]string, error) {
+	if strings.TrimSpace(list) == "" {
+		list = DefaultAddr
+	}
+	var out []string
+	for a := range strings.SplitSeq(list, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			return nil, fmt.Errorf("client: address list %q has an empty entry", list)
+		}
+		if !strings.Contains(a, "://") {
+			a = "http://" + a
+		}
+		u, err := url.Parse(a)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			return nil, fmt.Errorf("client: address %q is not http(s)://HOST:PORT", a)
+		}
+		base := u.Scheme + "://" + u.Host
+		if slices.Contains(out, base) {
+			return nil, fmt.Errorf("client: address %s is listed twice", base)
+		}
+		out = append(out, base)
+	}
+	return out, nil
+}
+
+// Addrs returns the client's addresses, in the order given.
+func (c *Client) Addrs() []string { return slices.Clone(c.addrs) }
 
 // Error is an error answer from the server.
 type Error struct {
@@ -142,13 +186,16 @@ func LocalDeadline(sent time.Time, remainingMs uint64) time.Time {
 	return sent.Add(d - margin)
 }
 
-// Grant asks for the ticket name for leaseS seconds (1..=250).
+// Grant asks for the ticket name for leaseS seconds (1..=250). Sent
+// again after a lost answer (SPEC §4.1), a repeat by the same holder
+// returns the current grant without extending it; the deadline counts from
+// the first send.
 func (c *Client) Grant(ctx context.Context, name, holder string, leaseS int) (*Lease, error) {
 	if c.co != nil {
 		l := int64(leaseS)
 		return c.coLease(ctx, wire.BatchOp{Op: "grant", Name: name, Holder: holder, LeaseS: &l})
 	}
-	return c.lease(ctx, name, "grant", wire.GrantRequest{Holder: holder, LeaseS: int64(leaseS)})
+	return c.lease(ctx, c.hc, name, "grant", wire.GrantRequest{Holder: holder, LeaseS: int64(leaseS)}, nil)
 }
 
 // TryGrant is Grant: it answers at once, ErrHeld when another holder has
@@ -162,9 +209,10 @@ const MaxWait = 300 * time.Second
 
 // GrantWait is a blocking grant (SPEC §4.2): the leader queues it first
 // come, first served until the ticket is free or wait (≤ MaxWait, rounded
-// down to ms) passes, then ErrHeld. A leader change ends the wait with a
-// 503 (ErrNotLeader); ending ctx ends the wait on the server too, and a
-// waiter that went away is never granted the ticket.
+// down to ms) passes, then ErrHeld. A leader change ends the wait on the
+// server with a 503; the client then asks again (the next address, for
+// what is left of wait). Ending ctx ends the wait on the server too, and
+// a waiter that went away is never granted the ticket.
 func (c *Client) GrantWait(ctx context.Context, name, holder string, leaseS int, wait time.Duration) (*Lease, error) {
 	if wait < 0 || wait > MaxWait {
 		return nil, fmt.Errorf("client: wait %v is outside 0..=%v", wait, MaxWait)
@@ -175,26 +223,22 @@ func (c *Client) GrantWait(ctx context.Context, name, holder string, leaseS int,
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait+30*time.Second) // the server answers by wait
 	defer cancel()
-	return c.leaseLong(ctx, name, "grant", wire.GrantRequest{Holder: holder, LeaseS: int64(leaseS), WaitMs: ms})
+	redo := func(elapsed time.Duration) (string, []byte) {
+		left := max(ms-elapsed.Milliseconds(), 0)
+		return ticketPath(name, "grant"), mustJSON(wire.GrantRequest{Holder: holder, LeaseS: int64(leaseS), WaitMs: left})
+	}
+	return c.lease(ctx, c.long(), name, "grant", wire.GrantRequest{Holder: holder, LeaseS: int64(leaseS), WaitMs: ms}, redo)
 }
 
-// Renew extends the holder's lease; the token stays.
+// Renew extends the holder's lease; the token stays. Sent again after a
+// lost answer, a repeat renews from a later instant on the leader, while
+// the deadline still counts from the first send.
 func (c *Client) Renew(ctx context.Context, name, holder string, token uint64, leaseS int) (*Lease, error) {
 	if c.co != nil {
 		l := int64(leaseS)
 		return c.coLease(ctx, wire.BatchOp{Op: "renew", Name: name, Holder: holder, Token: &token, LeaseS: &l})
 	}
-	return c.lease(ctx, name, "renew", wire.RenewRequest{Holder: holder, Token: token, LeaseS: int64(leaseS)})
-}
-
-func (c *Client) lease(ctx context.Context, name, action string, body any) (*Lease, error) {
-	return c.leaseVia(ctx, c.hc, name, action, body)
-}
-
-// leaseLong is lease for a request that may wait past the HTTP client's
-// own timeout: ctx bounds it instead.
-func (c *Client) leaseLong(ctx context.Context, name, action string, body any) (*Lease, error) {
-	return c.leaseVia(ctx, c.long(), name, action, body)
+	return c.lease(ctx, c.hc, name, "renew", wire.RenewRequest{Holder: holder, Token: token, LeaseS: int64(leaseS)}, nil)
 }
 
 // long is the HTTP client without its overall timeout (ctx bounds the
@@ -205,13 +249,15 @@ func (c *Client) long() *http.Client {
 	return &hc
 }
 
-func (c *Client) leaseVia(ctx context.Context, hc *http.Client, name, action string, body any) (*Lease, error) {
+// lease sends a grant or renew (repeatable) through hc; the deadline
+// counts from now, before the first send.
+func (c *Client) lease(ctx context.Context, hc *http.Client, name, action string, body any, redo func(time.Duration) (string, []byte)) (*Lease, error) {
 	sent := c.now()
-	raw, err := c.doVia(ctx, hc, http.MethodPost, ticketPath(name, action), body, false)
-	if err != nil {
-		return nil, err
+	r := c.send(ctx, &call{method: http.MethodPost, path: ticketPath(name, action), body: mustJSON(body), hc: hc, repeatable: true, redo: redo, skip: -1})
+	if r.err != nil {
+		return nil, r.err
 	}
-	return decodeLease(sent, action, raw)
+	return decodeLease(sent, action, r.raw)
 }
 
 // decodeLease reads a grant or renew answer sent at sent.
@@ -235,25 +281,35 @@ func decodeLease(sent time.Time, action string, raw []byte) (*Lease, error) {
 	return &Lease{Grant: g.Grant, SentAt: start, Deadline: LocalDeadline(start, remaining)}, nil
 }
 
-// Release frees the ticket.
+// Release frees the ticket. Sent again after a lost answer (SPEC §4.1),
+// a repeat that finds the ticket no longer held under this token (409
+// not_held, wrong_token, wrong_holder: the first send released it, or the
+// lease had run out) is the success the caller asked for — the token
+// holds nothing any more — and returns Released true.
 func (c *Client) Release(ctx context.Context, name, holder string, token uint64) (*wire.Released, error) {
+	var r reply
 	if c.co != nil {
-		raw, err := c.co.do(ctx, wire.BatchOp{Op: "release", Name: name, Holder: holder, Token: &token})
-		if err != nil {
-			return nil, err
-		}
-		r := new(wire.Released)
-		if err := json.Unmarshal(raw, r); err != nil {
-			return nil, fmt.Errorf("client: release answer: %w", err)
-		}
-		return r, nil
+		r = c.co.do(ctx, wire.BatchOp{Op: "release", Name: name, Holder: holder, Token: &token})
+	} else {
+		r = c.send(ctx, &call{method: http.MethodPost, path: ticketPath(name, "release"), body: mustJSON(wire.ReleaseRequest{Holder: holder, Token: token}),
+			hc: c.hc, repeatable: true, skip: -1})
 	}
-	return call[wire.Released](ctx, c, http.MethodPost, ticketPath(name, "release"), wire.ReleaseRequest{Holder: holder, Token: token}, false)
+	if r.err != nil {
+		if r.uncertain && (errors.Is(r.err, ErrNotHeld) || errors.Is(r.err, ErrWrongToken) || errors.Is(r.err, ErrWrongHolder)) {
+			return &wire.Released{Name: name, Holder: holder, Token: token, Released: true}, nil
+		}
+		return nil, r.err
+	}
+	out := new(wire.Released)
+	if err := json.Unmarshal(r.raw, out); err != nil {
+		return nil, fmt.Errorf("client: release answer: %w", err)
+	}
+	return out, nil
 }
 
 // Get reads one ticket (linearizable); ErrNotFound when nobody holds it.
 func (c *Client) Get(ctx context.Context, name string) (*wire.Ticket, error) {
-	return call[wire.Ticket](ctx, c, http.MethodGet, ticketPath(name, ""), nil, false)
+	return get[wire.Ticket](ctx, c, ticketPath(name, ""), false)
 }
 
 // MaxWatchWait is the longest wait of Watch (SPEC §4.2).
@@ -274,24 +330,28 @@ func (c *Client) Watch(ctx context.Context, name string, index uint64, wait time
 	if wait < 0 || wait > MaxWatchWait {
 		return nil, fmt.Errorf("client: wait %v is outside 0..=%v", wait, MaxWatchWait)
 	}
-	q := url.Values{}
-	q.Set("index", strconv.FormatUint(index, 10))
-	q.Set("wait", strconv.FormatInt(wait.Milliseconds(), 10))
+	path := func(elapsed time.Duration) (string, []byte) {
+		q := url.Values{}
+		q.Set("index", strconv.FormatUint(index, 10))
+		q.Set("wait", strconv.FormatInt(max(wait-elapsed, 0).Milliseconds(), 10))
+		return ticketPath(name, "") + "?" + q.Encode(), nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, wait+30*time.Second)
 	defer cancel()
-	raw, h, err := c.doHeader(ctx, c.long(), http.MethodGet, ticketPath(name, "")+"?"+q.Encode(), nil, false)
+	p, _ := path(0)
+	r := c.send(ctx, &call{method: http.MethodGet, path: p, hc: c.long(), repeatable: true, redo: path, skip: -1})
 	var idx uint64
-	if h != nil {
-		idx, _ = strconv.ParseUint(h.Get("X-Ticket-Index"), 10, 64)
+	if r.h != nil {
+		idx, _ = strconv.ParseUint(r.h.Get("X-Ticket-Index"), 10, 64)
 	}
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(r.err, ErrNotFound) {
 		return &Watched{Index: idx}, nil
 	}
-	if err != nil {
-		return nil, err
+	if r.err != nil {
+		return nil, r.err
 	}
 	t := new(wire.Ticket)
-	if err := json.Unmarshal(raw, t); err != nil {
+	if err := json.Unmarshal(r.raw, t); err != nil {
 		return nil, fmt.Errorf("client: decoding a watch answer: %w", err)
 	}
 	return &Watched{Ticket: t, Index: max(idx, t.ModifyIndex)}, nil
@@ -311,32 +371,34 @@ func (c *Client) List(ctx context.Context, prefix string, limit int) (*wire.Tick
 	if len(q) > 0 {
 		p += "?" + q.Encode()
 	}
-	return call[wire.TicketList](ctx, c, http.MethodGet, p, nil, false)
+	return get[wire.TicketList](ctx, c, p, false)
 }
 
-// Status reads /v1/status.
+// Status reads /v1/status of the first address that answers.
 func (c *Client) Status(ctx context.Context) (*wire.Status, error) {
-	return call[wire.Status](ctx, c, http.MethodGet, "/v1/status", nil, false)
+	return get[wire.Status](ctx, c, "/v1/status", false)
 }
 
 // Ready reads /readyz; a node that is not ready answers an *Error (503)
-// with its stage.
+// with its stage. With several addresses it is the first one that
+// answers (an unreachable one is skipped): probe each address with a
+// client of its own to judge each node.
 func (c *Client) Ready(ctx context.Context) (*wire.Health, error) {
-	raw, err := c.do(ctx, http.MethodGet, "/readyz", nil, false)
-	if err != nil {
-		if e, ok := err.(*Error); ok && e.StatusCode == http.StatusServiceUnavailable {
+	r := c.send(ctx, &call{method: http.MethodGet, path: "/readyz", hc: c.hc, repeatable: true, probe: true, skip: -1})
+	if r.err != nil {
+		if e, ok := r.err.(*Error); ok && e.StatusCode == http.StatusServiceUnavailable {
 			var h wire.Health
-			_ = json.Unmarshal(raw, &h)
+			_ = json.Unmarshal(r.raw, &h)
 			e.Stage, e.Reason = h.Stage, h.Reason
 			e.ErrorBody.Error, e.Message = "unavailable", "not ready: stage "+h.Stage
 			if h.Detail != "" {
 				e.Message += ": " + h.Detail
 			}
 		}
-		return nil, err
+		return nil, r.err
 	}
 	var h wire.Health
-	if err := json.Unmarshal(raw, &h); err != nil {
+	if err := json.Unmarshal(r.raw, &h); err != nil {
 		return nil, fmt.Errorf("client: decoding /readyz: %w", err)
 	}
 	return &h, nil
@@ -345,20 +407,28 @@ func (c *Client) Ready(ctx context.Context) (*wire.Health, error) {
 // Probe GETs path (no token) and returns the body of a 2xx answer; any
 // other status is an *Error carrying the body's text. It reads health
 // endpoints of any TCKCLK server: ticketd's /readyz answers JSON, the
-// agent's plain text.
+// agent's plain text. With several addresses, as Ready.
 func (c *Client) Probe(ctx context.Context, path string) ([]byte, error) {
-	return c.do(ctx, http.MethodGet, path, nil, false)
+	r := c.send(ctx, &call{method: http.MethodGet, path: path, hc: c.hc, repeatable: true, probe: true, skip: -1})
+	return r.raw, r.err
 }
 
 // Members lists the cluster members (admin token).
 func (c *Client) Members(ctx context.Context) (*wire.Members, error) {
-	return call[wire.Members](ctx, c, http.MethodGet, "/v1/cluster/members", nil, true)
+	return get[wire.Members](ctx, c, "/v1/cluster/members", true)
 }
 
 // Replace asks the leader to replace the Raft server OLD with the gossip
-// member NEW (admin token); see wire.Replaced.
+// member NEW (admin token); see wire.Replaced. Only the leader takes it:
+// with several addresses the client finds it (a follower answers
+// not_leader). A lost answer is not sent again (ErrOutcomeUnknown).
 func (c *Client) Replace(ctx context.Context, old, repl string) (*wire.Replaced, error) {
-	return call[wire.Replaced](ctx, c, http.MethodPost, "/v1/cluster/replace", wire.ReplaceRequest{Old: old, New: repl}, true)
+	return post[wire.Replaced](ctx, c, "/v1/cluster/replace", wire.ReplaceRequest{Old: old, New: repl}, true)
+}
+
+// Snapshot asks the node to take a Raft snapshot now (admin token).
+func (c *Client) Snapshot(ctx context.Context) (*wire.SnapshotInfo, error) {
+	return post[wire.SnapshotInfo](ctx, c, "/v1/cluster/snapshot", nil, true)
 }
 
 func ticketPath(name, action string) string {
@@ -369,70 +439,44 @@ func ticketPath(name, action string) string {
 	return p
 }
 
-// call does one request and decodes a 2xx answer into a T.
-func call[T any](ctx context.Context, c *Client, method, path string, body any, admin bool) (*T, error) {
-	raw, err := c.do(ctx, method, path, body, admin)
-	if err != nil {
-		return nil, err
+// get reads path (repeatable) and decodes a 2xx answer into a T.
+func get[T any](ctx context.Context, c *Client, path string, admin bool) (*T, error) {
+	return decode[T](http.MethodGet, path, c.send(ctx, &call{method: http.MethodGet, path: path, admin: admin, hc: c.hc, repeatable: true, skip: -1}))
+}
+
+// post sends an admin write, never twice after a lost answer, and decodes
+// a 2xx answer into a T.
+func post[T any](ctx context.Context, c *Client, path string, body any, admin bool) (*T, error) {
+	var b []byte
+	if body != nil {
+		b = mustJSON(body)
+	}
+	return decode[T](http.MethodPost, path, c.send(ctx, &call{method: http.MethodPost, path: path, body: b, admin: admin, hc: c.hc, skip: -1}))
+}
+
+func decode[T any](method, path string, r reply) (*T, error) {
+	if r.err != nil {
+		return nil, r.err
 	}
 	v := new(T)
-	if err := json.Unmarshal(raw, v); err != nil {
+	if err := json.Unmarshal(r.raw, v); err != nil {
 		return nil, fmt.Errorf("client: decoding the answer of %s %s: %w", method, path, err)
 	}
 	return v, nil
 }
 
+// mustJSON encodes a request body. It cannot fail: the wire request types
+// hold strings and integers only.
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("client: encoding %T: %v", v, err))
+	}
+	return b
+}
+
 // maxAnswer bounds what the client reads from a server.
 const maxAnswer = 16 << 20
-
-func (c *Client) do(ctx context.Context, method, path string, body any, admin bool) ([]byte, error) {
-	raw, _, err := c.doHeader(ctx, c.hc, method, path, body, admin)
-	return raw, err
-}
-
-func (c *Client) doVia(ctx context.Context, hc *http.Client, method, path string, body any, admin bool) ([]byte, error) {
-	raw, _, err := c.doHeader(ctx, hc, method, path, body, admin)
-	return raw, err
-}
-
-func (c *Client) doHeader(ctx context.Context, hc *http.Client, method, path string, body any, admin bool) ([]byte, http.Header, error) {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, nil, err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
-	if err != nil {
-		return nil, nil, fmt.Errorf("client: %w", err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if tok := c.token; admin {
-		tok = c.admin
-		if tok != "" {
-			req.Header.Set("Authorization", "Bearer "+tok)
-		}
-	} else if tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, nil, fmt.Errorf("client: %s %s: %w", method, path, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
-	if err != nil {
-		return nil, nil, fmt.Errorf("client: %s %s: reading the answer: %w", method, path, err)
-	}
-	if resp.StatusCode/100 == 2 {
-		return raw, resp.Header, nil
-	}
-	return raw, resp.Header, answerError(resp.StatusCode, raw)
-}
 
 // answerError is the *Error of a non-2xx answer with body raw.
 func answerError(status int, raw []byte) *Error {
@@ -442,9 +486,4 @@ func answerError(status int, raw []byte) *Error {
 		e.Message = strings.TrimSpace(string(raw))
 	}
 	return e
-}
-
-// Snapshot asks the node to take a Raft snapshot now (admin token).
-func (c *Client) Snapshot(ctx context.Context) (*wire.SnapshotInfo, error) {
-	return call[wire.SnapshotInfo](ctx, c, http.MethodPost, "/v1/cluster/snapshot", nil, true)
 }

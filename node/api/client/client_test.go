@@ -41,7 +41,7 @@ func server(t *testing.T, status int, body string) *Client {
 	}))
 	t.Cleanup(srv.Close)
 	sent := time.Unix(5000, 0)
-	c, err := New(srv.URL, WithClock(func() time.Time { return sent }), WithHTTPClient(srv.Client()))
+	c, err := New(srv.URL, WithClock(func() time.Time { return sent }), WithHTTPClient(srv.Client()), WithFailover(0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,24 +24,27 @@ import (
 // (on its own ctx), so a lone caller pays nothing for coalescing.
 //
 // Each call keeps its own semantics: its own answer or error (a 409 held
-// is its own ErrHeld), its own unknown outcome when the batch request
-// fails in flight (a transport error, as for a single request), and its
-// local deadline counted from the moment it was queued, which is no later
-// than the batch's send (SPEC §4). Ending one call's ctx ends only that
-// call: queued and not yet sent, it is dropped and never reaches the
-// server; already sent, the call returns at once with ctx's error and its
-// outcome is unknown (read the ticket), while the batch goes on for the
-// others. GrantWait, Acquire's waits, reads and admin calls are not
-// batched.
+// is its own ErrHeld), and its local deadline counted from the moment it
+// was queued, which is no later than the batch's send (SPEC §4). A batch
+// goes to the address that answered last; when that address cannot serve
+// it (unreachable, a "cannot serve" 503, or a lost answer: failover.go),
+// or answers one of its ops so, each such call is sent again alone from
+// the next address, on its own ctx — every op a batch carries is safe to
+// repeat (SPEC §4.1) — and, when nothing answers, fails with
+// ErrOutcomeUnknown if the batch may have been applied. Ending one call's
+// ctx ends only that call: queued and not yet sent, it is dropped and
+// never reaches the server; already sent, the call returns at once with
+// ctx's error and its outcome is unknown (read the ticket), while the
+// batch goes on for the others. GrantWait, Acquire's waits, reads and
+// admin calls are not batched.
 //
 // POST /v1/batch is ticketd's since issue 16. A server without it (an
 // older ticketd) answers the batch request itself 404 or 405: then
 // nothing of the batch was applied, so each of its calls is sent again
 // alone, and for noBatchRetry (a minute) every call goes alone on its own
 // ctx, unqueued, as without coalescing; the first batch after that asks
-// again (an upgraded server is used again). Nothing else on a batch
-// request, an error status or a lost answer, sends an op twice; nor does
-// an op's own 404 inside a batch's results.
+// again (an upgraded server is used again). An op's own answer inside a
+// batch's results (a 404, a 409) is that op's answer, never sent again.
 func WithCoalescing(inFlight int) Option {
 	return func(c *Client) { c.coInFlight = max(inFlight, 1) }
 }
@@ -71,34 +74,39 @@ var errNoBatch = errors.New("client: the server has no POST /v1/batch")
 // queued is one call waiting for its result.
 type queued struct {
 	op   wire.BatchOp
-	done chan struct{} // closed when status, body and err are set
+	done chan struct{} // closed when the fields below are set
 	sent bool          // under coalescer.mu: taken into a batch
 
 	status int
 	body   json.RawMessage
 	err    error
+	// alone: send the op again alone, skipping address at (it could not
+	// serve the batch or this op); uncertain: the batch may have applied it.
+	alone     bool
+	at        int
+	uncertain bool
 }
 
 // coLease is Grant or Renew through the coalescer.
 func (c *Client) coLease(ctx context.Context, op wire.BatchOp) (*Lease, error) {
 	sent := c.now() // before queueing: no later than the batch's send
-	raw, err := c.co.do(ctx, op)
-	if err != nil {
-		return nil, err
+	r := c.co.do(ctx, op)
+	if r.err != nil {
+		return nil, r.err
 	}
-	return decodeLease(sent, op.Op, raw)
+	return decodeLease(sent, op.Op, r.raw)
 }
 
 // do queues op, waits for its result and returns the body of a 2xx
 // answer, or the op's error.
-func (q *coalescer) do(ctx context.Context, op wire.BatchOp) (json.RawMessage, error) {
+func (q *coalescer) do(ctx context.Context, op wire.BatchOp) reply {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("client: %s %q not sent: %w", op.Op, op.Name, err)
+		return reply{err: fmt.Errorf("client: %s %q not sent: %w", op.Op, op.Name, err)}
 	}
 	q.mu.Lock()
 	if q.c.now().Before(q.noBatch) {
 		q.mu.Unlock()
-		return q.single(ctx, op)
+		return q.single(ctx, op, nil)
 	}
 	if q.inFlight < q.max && len(q.queue) == 0 {
 		// Nothing to share this request with: send it alone, as a plain
@@ -107,7 +115,7 @@ func (q *coalescer) do(ctx context.Context, op wire.BatchOp) (json.RawMessage, e
 		// queue behind its slot.
 		q.inFlight++
 		q.mu.Unlock()
-		raw, err := q.single(ctx, op)
+		r := q.single(ctx, op, nil)
 		q.mu.Lock()
 		if len(q.queue) > 0 {
 			go q.run() // the slot passes to a sender
@@ -115,7 +123,7 @@ func (q *coalescer) do(ctx context.Context, op wire.BatchOp) (json.RawMessage, e
 			q.inFlight--
 		}
 		q.mu.Unlock()
-		return raw, err
+		return r
 	}
 	it := &queued{op: op, done: make(chan struct{})}
 	q.queue = append(q.queue, it)
@@ -137,20 +145,21 @@ func (q *coalescer) do(ctx context.Context, op wire.BatchOp) (json.RawMessage, e
 		}
 		q.mu.Unlock()
 		if !sent {
-			return nil, fmt.Errorf("client: %s %q not sent: %w", op.Op, op.Name, ctx.Err())
+			return reply{err: fmt.Errorf("client: %s %q not sent: %w", op.Op, op.Name, ctx.Err())}
 		}
-		return nil, fmt.Errorf("client: POST /v1/batch: %s %q was sent, its outcome is unknown: %w", op.Op, op.Name, ctx.Err())
+		return reply{err: fmt.Errorf("client: POST /v1/batch: %s %q was sent when ctx ended (%w): %w", op.Op, op.Name, ctx.Err(), ErrOutcomeUnknown), uncertain: true}
 	}
-	if it.err == errNoBatch {
-		return q.single(ctx, op) // nothing of the batch was applied
+	switch {
+	case it.err == errNoBatch:
+		return q.single(ctx, op, nil) // nothing of the batch was applied
+	case it.alone:
+		return q.single(ctx, op, it)
+	case it.err != nil:
+		return reply{err: it.err}
+	case it.status/100 != 2:
+		return reply{err: answerError(it.status, it.body)}
 	}
-	if it.err != nil {
-		return nil, it.err
-	}
-	if it.status/100 != 2 {
-		return nil, answerError(it.status, it.body)
-	}
-	return it.body, nil
+	return reply{raw: it.body}
 }
 
 // run sends batches until the queue is empty.
@@ -197,9 +206,11 @@ func (q *coalescer) run() {
 // must not hold a sender's slot, and every call queued behind it, forever.
 var batchTimeout = 30 * time.Second
 
-// send posts one batch and hands each call its result. The request's
-// context is none of the callers' (one caller going away must not cancel
-// the others): batchTimeout and the HTTP client's timeout bound it.
+// send posts one batch to the preferred address and hands each call its
+// result. The request's context is none of the callers' (one caller going
+// away must not cancel the others): batchTimeout and the HTTP client's
+// timeout bound it. When the address cannot serve the batch, or one of
+// its ops, those calls go alone to the others (do).
 func (q *coalescer) send(batch []*queued) {
 	req := wire.BatchRequest{Ops: make([]wire.BatchOp, len(batch))}
 	for i, it := range batch {
@@ -207,23 +218,34 @@ func (q *coalescer) send(batch []*queued) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
-	raw, err := q.c.do(ctx, http.MethodPost, "/v1/batch", req, false)
-	if e, ok := err.(*Error); ok && (e.StatusCode == http.StatusNotFound || e.StatusCode == http.StatusMethodNotAllowed) {
+	at := q.c.preferred()
+	raw, _, err, sent := q.c.attempt(ctx, q.c.hc, q.c.addrs[at], http.MethodPost, "/v1/batch", mustJSON(req), false)
+	var resp wire.BatchResponse
+	switch e, ok := err.(*Error); {
+	case ok && (e.StatusCode == http.StatusNotFound || e.StatusCode == http.StatusMethodNotAllowed):
 		// The answer to the batch request itself (an op's own 404 is a
 		// result inside a 200): the server has no such route.
 		q.mu.Lock()
 		q.noBatch = q.c.now().Add(noBatchRetry)
 		q.mu.Unlock()
 		err = errNoBatch
-	}
-	var resp wire.BatchResponse
-	if err == nil {
+	case classify(err, sent) != answered:
+		q.c.failed(at)
+		uncertain := classify(err, sent) == unknown
+		for _, it := range batch {
+			it.err, it.alone, it.at, it.uncertain = err, true, at, uncertain
+			close(it.done)
+		}
+		return
+	case err == nil:
+		q.c.worked(at)
 		if uerr := json.Unmarshal(raw, &resp); uerr != nil {
 			err = fmt.Errorf("client: POST /v1/batch: decoding the answer: %w", uerr)
 		} else if len(resp.Results) != len(batch) {
 			err = fmt.Errorf("client: POST /v1/batch: %d results for %d ops", len(resp.Results), len(batch))
 		}
 	}
+	refused := false
 	for i, it := range batch {
 		if e, ok := err.(*Error); ok {
 			ec := *e // each caller its own copy
@@ -232,13 +254,23 @@ func (q *coalescer) send(batch []*queued) {
 			it.err = err
 		} else {
 			it.status, it.body = resp.Results[i].Status, resp.Results[i].Body
+			if it.status/100 != 2 {
+				if v := classify(answerError(it.status, it.body), true); v != answered {
+					it.err, it.alone, it.at, it.uncertain = answerError(it.status, it.body), true, at, v == unknown
+					refused = true
+				}
+			}
 		}
 		close(it.done)
 	}
+	if refused {
+		q.c.failed(at) // it cannot serve some ops: the calls sent alone start elsewhere
+	}
 }
 
-// single sends op alone to its own endpoint.
-func (q *coalescer) single(ctx context.Context, op wire.BatchOp) (json.RawMessage, error) {
+// single sends op alone to its own endpoint; after a batch that could not
+// be served at one address (failed), from the next address on.
+func (q *coalescer) single(ctx context.Context, op wire.BatchOp, failed *queued) reply {
 	var body any
 	switch op.Op {
 	case "grant":
@@ -248,5 +280,9 @@ func (q *coalescer) single(ctx context.Context, op wire.BatchOp) (json.RawMessag
 	default:
 		body = wire.ReleaseRequest{Holder: op.Holder, Token: *op.Token}
 	}
-	return q.c.do(ctx, http.MethodPost, ticketPath(op.Name, op.Op), body, false)
+	cl := &call{method: http.MethodPost, path: ticketPath(op.Name, op.Op), body: mustJSON(body), hc: q.c.hc, repeatable: true, skip: -1}
+	if failed != nil {
+		cl.skip, cl.uncertain, cl.cause = failed.at, failed.uncertain, failed.err
+	}
+	return q.c.send(ctx, cl)
 }

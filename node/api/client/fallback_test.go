@@ -42,7 +42,7 @@ func newVersionServer(t *testing.T, batch int) (*versionServer, *Client, *atomic
 	t.Cleanup(func() { s.hold(false); s.holdBatches(false) })
 	skew := new(atomic.Int64)
 	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
-	c, err := New(srv.URL, WithHTTPClient(srv.Client()), WithCoalescing(1), WithClock(now))
+	c, err := New(srv.URL, WithHTTPClient(srv.Client()), WithCoalescing(1), WithClock(now), WithFailover(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,10 +304,11 @@ func TestCoalescingFallsBackWithoutBatch(t *testing.T) {
 	}
 }
 
-// Only the batch route's own 404/405 sends ops again: an op's 404 inside
-// a batch's results is that op's answer, and an error status on the batch
-// request (here 503) is each call's error; neither sends any op twice nor
-// stops the next batch.
+// An op's 404 inside a batch's results is that op's answer, never sent
+// again. A 503 on the batch request itself (the address cannot serve it)
+// sends the ops alone to the other addresses (TestFailoverBatch); with
+// one address and no failover budget it is each call's error, and no op
+// is sent twice. Neither stops the next batch.
 func TestCoalescingNeverResendsAnAnsweredBatch(t *testing.T) {
 	s, c, _ := newVersionServer(t, 0)
 	errs := batchOf(t, s, c, "a", "h", "gone", "h")

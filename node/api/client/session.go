@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,13 +18,14 @@ const (
 	retryCap   = 2 * time.Second
 )
 
-type backoff struct{ d time.Duration }
+// backoff doubles from first to cap (zero: retryFirst, retryCap).
+type backoff struct{ d, first, cap time.Duration }
 
 func (b *backoff) next() time.Duration {
 	if b.d == 0 {
-		b.d = retryFirst
+		b.d = cmp.Or(b.first, retryFirst)
 	} else {
-		b.d = min(2*b.d, retryCap)
+		b.d = min(2*b.d, cmp.Or(b.cap, retryCap))
 	}
 	return b.d/2 + rand.N(b.d/2)
 }

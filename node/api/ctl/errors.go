@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 
 	"github.com/tckclk/tckclk/node/api/client"
 )
@@ -42,5 +43,12 @@ func describeErr(err error, addr string) string {
 	case errors.As(err, &oe) && oe.Err != nil:
 		reason = oe.Err.Error() // "connect: connection refused", without the dial's addresses
 	}
-	return fmt.Sprintf("cannot reach ticketd at %s (%s); check that ticketd runs there, or set --addr or %s", addr, reason, envAddr)
+	where := "at " + addr
+	if strings.Contains(addr, ",") {
+		where = "at any of " + addr
+	}
+	if errors.Is(err, client.ErrOutcomeUnknown) {
+		return fmt.Sprintf("no answer from ticketd %s (%s): the request was sent and may have been applied; read the ticket before trying again", where, reason)
+	}
+	return fmt.Sprintf("cannot reach ticketd %s (%s); check that ticketd runs there, or set --addr or %s", where, reason, envAddr)
 }
