@@ -86,6 +86,12 @@ type Replacer interface {
 	ReplaceMember(ctx context.Context, old, new string) (wire.Replaced, error)
 }
 
+// HealthReporter is an optional Backend behaviour: GET /v1/cluster/health
+// (SPEC §3.5; client token). A Backend without it answers 404.
+type HealthReporter interface {
+	ClusterHealth(ctx context.Context) (wire.ClusterHealth, error)
+}
+
 // Options configure the handler.
 type Options struct {
 	Backend  Backend
@@ -154,6 +160,7 @@ const (
 	rUI
 	rReplace
 	rBatch
+	rHealth
 )
 
 type endpoint struct {
@@ -177,6 +184,7 @@ var fixed = map[string]endpoint{
 	"/ui/":                            {rUI, http.MethodGet},
 	"/v1/cluster/replace":             {rReplace, http.MethodPost},
 	"/v1/batch":                       {rBatch, http.MethodPost},
+	"/v1/cluster/health":              {rHealth, http.MethodGet},
 }
 
 // match returns the route, its method and the ticket name in the path. It
@@ -362,6 +370,20 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, name st
 			return s.fail(w, err)
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		return "ok"
+	case rHealth:
+		hr, ok := s.b.(HealthReporter)
+		if !ok {
+			break
+		}
+		if err := noQuery(r); err != nil {
+			return s.fail(w, err)
+		}
+		h, err := hr.ClusterHealth(r.Context())
+		if err != nil {
+			return s.fail(w, err)
+		}
+		writeJSON(w, http.StatusOK, h)
 		return "ok"
 	case rReplace:
 		rp, ok := s.b.(Replacer)

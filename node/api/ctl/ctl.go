@@ -51,6 +51,12 @@ commands:
   cluster                                   cluster members (admin token)
   cluster replace OLD --with NEW [--wait D] retire OLD, NEW takes its place; waits
                                             (default 60s, 0: not) until NEW is a voter
+  cluster health [--wait D] [--voters N]    every voter and standby (gossip, clock, last
+                                            Raft contact, log lag); exit 0 only when the
+                                            cluster is healthy and tolerates the most
+                                            failures its voters allow ((voters−1)/2) and
+                                            has at least N voters; --wait: poll until then
+                                            (client token; between nodes of a rolling restart)
   health                                    exit 0 only when --addr's /readyz answers 2xx
                                             (ticketd or tckclk-agent --http; container probes)
   wait NAME [--wait D]                      block until nobody holds the ticket
@@ -59,7 +65,9 @@ commands:
                                             hold the ticket while CMD runs (below)
 
 global flags (anywhere on the line):
-  --addr URL             ticketd API (default $TICKETCTL_ADDR or http://127.0.0.1:7980)
+  --addr URL[,URL…]      ticketd API (default $TICKETCTL_ADDR or http://127.0.0.1:7980);
+                         several: the nodes of a cluster, tried in turn for up to
+                         --timeout when one cannot serve (down, no leader, not ready)
   --json                 print the server's JSON answer; grant and renew add the
                          local deadline (local_deadline_in_ms, local_deadline_unix_ms)
   --token-file F         client bearer token (api.token_file), mode 0600

@@ -20,7 +20,7 @@ var takes = map[string][]string{
 	"list":    {"prefix", "limit"},
 	"get":     nil,
 	"status":  nil,
-	"cluster": {"with", "wait"}, // cluster replace OLD --with NEW [--wait D]
+	"cluster": {"with", "wait", "voters"}, // cluster replace OLD --with NEW [--wait D] | cluster health [--wait D] [--voters N]
 	"health":  nil,
 	"wait":    {"wait"},
 	"watch":   {"wait"},
@@ -34,6 +34,7 @@ type args struct {
 	token                uint64
 	wait                 time.Duration
 	replace              *replaceArgs // cluster replace (replace.go)
+	health               *healthArgs  // cluster health (health.go)
 }
 
 // parseCmd parses flags anywhere among the positional arguments.
@@ -78,6 +79,8 @@ func parseArgs(g *globals, cmd string, argv []string, env Env) (args, error) {
 	limit := &decimal{max: 1<<31 - 1, what: "a count in plain decimal"}
 	fs.Var(limit, "limit", "list at most N")
 	fs.Func("wait", "how long at most", durationInto(&a.wait, true))
+	voters := &decimal{max: 255, what: "a count of voters in plain decimal"}
+	fs.Var(voters, "voters", "cluster health: at least N voters")
 	ra := bindReplace(fs) // --with; --wait is the one above
 	pos, err := parseCmd(fs, argv)
 	if err != nil {
@@ -86,7 +89,7 @@ func parseArgs(g *globals, cmd string, argv []string, env Env) (args, error) {
 	var stray error
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "holder", "lease", "token", "prefix", "limit", "with", "wait":
+		case "holder", "lease", "token", "prefix", "limit", "with", "wait", "voters":
 			if !slices.Contains(want, f.Name) {
 				stray = usagef("%s takes no --%s", cmd, f.Name)
 			}
@@ -97,6 +100,16 @@ func parseArgs(g *globals, cmd string, argv []string, env Env) (args, error) {
 	}
 	needName := cmd == "grant" || cmd == "renew" || cmd == "release" || cmd == "get" || cmd == "wait" || cmd == "watch"
 	switch {
+	case cmd == "cluster" && len(pos) > 0 && pos[0] == "health":
+		switch {
+		case len(pos) != 1:
+			return a, usagef("cluster health takes no arguments, got %q", pos[1:])
+		case ra.withSet:
+			return a, usagef("cluster health takes no --with")
+		}
+		a.health = &healthArgs{wait: a.wait, voters: int(voters.v)}
+	case cmd == "cluster" && voters.set:
+		return a, usagef("cluster takes --voters only after health")
 	case cmd == "cluster" && (ra.set(fs) || len(pos) > 0):
 		if a.replace, err = ra.check(pos, a.wait); err != nil {
 			return a, err
@@ -131,17 +144,19 @@ func dispatch(ctx context.Context, g *globals, cmd string, argv []string, env En
 	if err != nil {
 		return err
 	}
-	c, tr, err := g.client(env, cmd == "cluster")
+	c, tr, err := g.client(env, cmd == "cluster" && a.health == nil)
 	if err != nil {
 		return err
 	}
 	defer tr.CloseIdleConnections()
 	p := printer{out: env.Stdout, json: g.json, now: env.Now}
-	switch cmd {
-	case "wait": // bounded by --wait, not --timeout
+	switch {
+	case cmd == "wait": // bounded by --wait, not --timeout
 		return waitFree(ctx, c, a, p)
-	case "watch":
+	case cmd == "watch":
 		return watchPrint(ctx, c, a, p)
+	case a.health != nil: // each request bounded by --timeout, the whole by --wait
+		return clusterHealth(ctx, c, g, a.health, p, env.Stderr)
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()

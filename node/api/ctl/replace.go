@@ -40,9 +40,9 @@ func (ra *replaceArgs) check(pos []string, wait time.Duration) (*replaceArgs, er
 	switch {
 	case len(pos) == 0 || pos[0] != "replace":
 		if len(pos) == 0 {
-			return nil, usagef("cluster takes --with and --wait only after replace OLD")
+			return nil, usagef("cluster takes --with only after replace OLD, --wait after replace OLD or health")
 		}
-		return nil, usagef("cluster: unknown subcommand %q (cluster, or cluster replace OLD --with NEW)", pos[0])
+		return nil, usagef("cluster: unknown subcommand %q (cluster, cluster health, or cluster replace OLD --with NEW)", pos[0])
 	case len(pos) != 2:
 		return nil, usagef("cluster replace needs exactly one OLD NodeId, got %d arguments", len(pos)-1)
 	case pos[1] == "":

@@ -260,3 +260,54 @@ type BatchResult struct {
 	Status int             `json:"status"`
 	Body   json.RawMessage `json:"body"`
 }
+
+// ClusterHealth is the answer of GET /v1/cluster/health (SPEC §3.5), as
+// Consul's autopilot health: whether the cluster can lose a node, where
+// /readyz says whether one node serves clients.
+type ClusterHealth struct {
+	// Healthy: a leader is known and every voter is healthy.
+	Healthy bool `json:"healthy"`
+	// FailureTolerance is how many voters can fail with quorum kept:
+	// healthy voters − (voters/2 + 1), at least 0.
+	FailureTolerance int `json:"failure_tolerance"`
+	// MaxFailureTolerance is the most the voter count allows:
+	// (voters − 1)/2. ticketctl cluster health exits 0 only when the
+	// cluster is healthy and FailureTolerance reaches it.
+	MaxFailureTolerance int    `json:"max_failure_tolerance"`
+	Voters              int    `json:"voters"`
+	HealthyVoters       int    `json:"healthy_voters"`
+	Leader              string `json:"leader"` // "" when none is known
+	// ServedBy is the node that answered. LeaderView: it is the leader,
+	// which alone knows every server's last Raft contact; a follower
+	// answers from what it knows (its own contact with the leader, the
+	// others' log index asked over the mesh).
+	ServedBy   string         `json:"served_by"`
+	LeaderView bool           `json:"leader_view"`
+	Servers    []ServerHealth `json:"servers"`
+}
+
+// ServerHealth is one voter or standby of ClusterHealth.
+type ServerHealth struct {
+	ID string `json:"id"`
+	// Suffrage in the Raft configuration: voter, nonvoter (a standby), or
+	// "" for a Raft-eligible gossip member not in it (yet).
+	Suffrage string `json:"suffrage"`
+	Leader   bool   `json:"leader"`
+	Gossip   string `json:"gossip"` // alive, suspect, dead, left; "" when not in gossip
+	Clock    string `json:"clock"`  // clock_check, healthy, failed (as it advertises)
+	// ClockBoundMs is its advertised running bound, against Δ/2.
+	ClockBoundMs uint64 `json:"clock_bound_ms"`
+	Retired      bool   `json:"retired,omitempty"`
+	Version      string `json:"version,omitempty"` // its software version (an upgrade shows here)
+	// LastContactMs: how long ago it last answered the leader's Raft
+	// (the leader's view), or heard from the leader (a follower about
+	// itself); 0 for the leader; absent when unknown.
+	LastContactMs *int64 `json:"last_contact_ms,omitempty"`
+	// LastIndex is its last Raft log index, asked now; LogLag the
+	// leader's minus it. Both absent when it did not answer.
+	LastIndex *uint64 `json:"last_index,omitempty"`
+	LogLag    *uint64 `json:"log_lag,omitempty"`
+	Healthy   bool    `json:"healthy"`
+	// Why says what is not healthy ("" when healthy).
+	Why string `json:"why,omitempty"`
+}

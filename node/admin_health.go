@@ -1,0 +1,254 @@
+package node
+
+// Cluster health (SPEC §3.5): GET /v1/cluster/health lists every voter and
+// standby with its gossip state, clock, last Raft contact and log lag, and
+// the cluster's failure tolerance, as Consul's autopilot health does.
+//
+// Any node answers, from what it knows: the leader knows every server's
+// last Raft contact (contactTransport: when each last answered its
+// AppendEntries); a follower knows only its own contact with the leader.
+// Every node asks each server's last log index over the mesh at the time
+// of the request (the peer-status query the reconciler uses), so a server
+// that is gone, or restarted and not yet serving its mesh, shows as not
+// answering rather than by stale gossip. The answer says who served it
+// (served_by, leader_view); the Go client prefers the leader's.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/tckclk/tckclk/node/api/wire"
+	"github.com/tckclk/tckclk/node/clockhealth"
+	"github.com/tckclk/tckclk/node/cluster/membership"
+	"github.com/tckclk/tckclk/node/cluster/reconcile"
+)
+
+// healthContactMax is how recently a server must have been in Raft
+// contact with the leader to count as healthy: 20 heartbeats of the
+// cluster timing (Consul's autopilot allows 200 ms; a shared machine
+// needs more).
+const healthContactMax = time.Second
+
+// healthMaxLag is how many log entries a healthy server may trail the
+// leader by: as many as a non-voter may and still count as caught up.
+const healthMaxLag = reconcile.DefaultMaxLag
+
+// ClusterHealth is GET /v1/cluster/health (api.HealthReporter).
+func (n *Node) ClusterHealth(ctx context.Context) (wire.ClusterHealth, error) {
+	if n.cl != nil {
+		return n.cl.health(ctx), nil
+	}
+	return n.singleHealth(), nil
+}
+
+// singleHealth is the single node's answer: one voter, healthy while it
+// serves, which tolerates no failure.
+func (n *Node) singleHealth() wire.ClusterHealth {
+	id := n.cfg.Cluster.Name
+	s := wire.ServerHealth{ID: id, Suffrage: "voter", Clock: n.clockState()}
+	lead := false
+	if r := n.raft(); r != nil {
+		lead = r.State() == raft.Leader
+		idx, zero, lag := r.LastIndex(), int64(0), uint64(0)
+		s.LastIndex, s.LastContactMs, s.LogLag = &idx, &zero, &lag
+	}
+	s.Leader = lead
+	if err := n.serving(); err != nil {
+		s.Why = err.Error()
+	}
+	s.Healthy = s.Why == ""
+	h := wire.ClusterHealth{Healthy: s.Healthy, Voters: 1, ServedBy: id, LeaderView: lead, Servers: []wire.ServerHealth{s}}
+	if lead {
+		h.Leader = id
+	}
+	if s.Healthy {
+		h.HealthyVoters = 1
+	}
+	return h
+}
+
+// clockState is this node's clock as the gossip metadata would say it.
+func (n *Node) clockState() string {
+	err := n.guard.Check()
+	var ce *clockhealth.Error
+	switch {
+	case err == nil:
+		return membership.ClockHealthy.String()
+	case errors.As(err, &ce):
+		return membership.ClockFailed.String()
+	case errors.Is(err, clockhealth.ErrClockCheck):
+		return membership.ClockCheck.String()
+	}
+	return "unhealthy"
+}
+
+// serverView is what health gathers about one server.
+type serverView struct {
+	h      wire.ServerHealth
+	member *membership.Member // nil: not in gossip
+	index  uint64
+	known  bool  // index answered
+	err    error // why the index is unknown
+}
+
+// health is the cluster node's answer, from what this node knows.
+func (cl *clusterNode) health(ctx context.Context) wire.ClusterHealth {
+	self := cl.n.cfg.Cluster.Name
+	r := cl.n.raft()
+	leader, _ := cl.leader()
+	out := wire.ClusterHealth{ServedBy: self, Leader: leader}
+	out.LeaderView = r != nil && leader == self && r.State() == raft.Leader
+
+	var views []*serverView
+	byID := map[string]*serverView{}
+	add := func(id, suffrage string) {
+		v := &serverView{h: wire.ServerHealth{ID: id, Suffrage: suffrage, Leader: id == leader}}
+		views = append(views, v)
+		byID[id] = v
+	}
+	configKnown := false
+	if r != nil {
+		if f := r.GetConfiguration(); f.Error() == nil {
+			configKnown = true
+			for _, s := range f.Configuration().Servers {
+				add(string(s.ID), suffrageName(s.Suffrage))
+			}
+		}
+	}
+	for _, m := range cl.mem.Members() {
+		if _, ok := byID[m.ID]; !ok {
+			eligible := m.Meta.RaftEligible && m.Meta.Role != membership.RoleClient && m.Meta.DataDirOK && !m.Meta.Retired
+			switch {
+			case !configKnown && m.Meta.Role == membership.RoleVoter:
+				add(m.ID, "voter") // a gossip-only client: the roles gossip shows
+			case !configKnown && m.Meta.Role == membership.RoleStandby:
+				add(m.ID, "nonvoter")
+			case configKnown && eligible && m.State == membership.StateAlive:
+				add(m.ID, "") // eligible, not in the Raft configuration (yet)
+			default:
+				continue
+			}
+		}
+		v := byID[m.ID]
+		v.member = &m
+		v.h.Gossip, v.h.Clock, v.h.Version = m.State.String(), m.Meta.ClockState.String(), m.Meta.Version
+		v.h.ClockBoundMs, v.h.Retired = uint64(m.Meta.ClockBoundMs), m.Meta.Retired
+	}
+
+	// Each server's last log index, asked now (this node's own from its
+	// Raft), in parallel.
+	var wg sync.WaitGroup
+	for _, v := range views {
+		switch {
+		case v.h.ID == self && r != nil:
+			v.index, v.known = r.LastIndex(), true
+		case v.member == nil || v.member.State != membership.StateAlive:
+			v.err = errors.New("not alive in gossip")
+		default:
+			wg.Go(func() {
+				st, err := cl.queryPeer(ctx, v.h.ID, v.member.Meta.MeshAddr)
+				v.index, v.known, v.err = st.LastIndex, err == nil, err
+			})
+		}
+	}
+	wg.Wait()
+	var leaderIndex uint64
+	leaderKnown := false
+	if lv := byID[leader]; lv != nil && lv.known {
+		leaderIndex, leaderKnown = lv.index, true
+		if out.LeaderView {
+			leaderIndex = r.LastIndex() // read after the others answered, so no lag comes out negative
+		}
+	}
+
+	now := time.Now()
+	if cl.tr != nil {
+		now = cl.tr.now()
+	}
+	for _, v := range views {
+		h := &v.h
+		if v.known {
+			idx := v.index
+			h.LastIndex = &idx
+			if leaderKnown {
+				lag := leaderIndex - min(idx, leaderIndex)
+				h.LogLag = &lag
+			}
+		}
+		switch {
+		case h.Leader:
+			zero := int64(0)
+			h.LastContactMs = &zero
+		case out.LeaderView:
+			if at, ok := cl.tr.lastContact(h.ID); ok {
+				ms := now.Sub(at).Milliseconds()
+				h.LastContactMs = &ms
+			}
+		case h.ID == self && r != nil:
+			if at := r.LastContact(); !at.IsZero() {
+				ms := time.Since(at).Milliseconds()
+				h.LastContactMs = &ms
+			}
+		}
+		if h.ID == self && r != nil && cl.n.clockErr() != nil {
+			h.Clock = membership.ClockFailed.String()
+		}
+		h.Why = cl.unhealthy(v, out.LeaderView, cl.n.fsm.IsRetired(h.ID))
+		h.Healthy = h.Why == ""
+		if h.Suffrage == "voter" {
+			out.Voters++
+			if h.Healthy {
+				out.HealthyVoters++
+			}
+		}
+		out.Servers = append(out.Servers, *h)
+	}
+	out.Healthy = leader != "" && out.Voters > 0 && out.HealthyVoters == out.Voters
+	if out.Voters > 0 {
+		out.MaxFailureTolerance = (out.Voters - 1) / 2
+		out.FailureTolerance = max(out.HealthyVoters-(out.Voters/2+1), 0)
+	}
+	return out
+}
+
+// unhealthy says why a server is not healthy, or "".
+func (cl *clusterNode) unhealthy(v *serverView, leaderView, retired bool) string {
+	h := v.h
+	switch {
+	case h.Retired || retired:
+		return "retired"
+	case h.Gossip == "":
+		return "not in gossip"
+	case h.Gossip != membership.StateAlive.String():
+		return "gossip " + h.Gossip
+	case h.Clock != membership.ClockHealthy.String():
+		return "clock " + h.Clock
+	case h.Suffrage == "":
+		return "not in the Raft configuration"
+	case !v.known:
+		return fmt.Sprintf("no answer over the mesh (%v)", v.err)
+	case h.LogLag != nil && *h.LogLag > healthMaxLag:
+		return fmt.Sprintf("log lag %d entries (more than %d)", *h.LogLag, healthMaxLag)
+	case h.LastContactMs != nil && time.Duration(*h.LastContactMs)*time.Millisecond > healthContactMax:
+		return fmt.Sprintf("last Raft contact %v ago (more than %v)", (time.Duration(*h.LastContactMs) * time.Millisecond).Round(time.Millisecond), healthContactMax)
+	case leaderView && !h.Leader && h.LastContactMs == nil:
+		return "never in Raft contact with this leader"
+	}
+	return ""
+}
+
+// lastContact is when id last answered this node's AppendEntries (its
+// heartbeats included), as the leader.
+func (t *contactTransport) lastContact(id string) (time.Time, bool) {
+	if t == nil {
+		return time.Time{}, false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	at, ok := t.last[raft.ServerID(id)]
+	return at, ok
+}
