@@ -43,6 +43,15 @@ const DefaultAddr = "http://127.0.0.1:7980"
 // refusal) costs little before the next is tried.
 const dialTimeout = 3 * time.Second
 
+// defaultTransport is http.DefaultTransport with dialTimeout, shared by
+// every client made without WithHTTPClient (one pool of connections, as
+// with http.DefaultTransport).
+var defaultTransport = func() *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	return tr
+}()
+
 // Client talks to one ticketd, or to the nodes of a cluster.
 type Client struct {
 	addrs    []string // "scheme://host:port", in the order given
@@ -85,9 +94,7 @@ func New(addr string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
-	c := &Client{addrs: addrs, failover: DefaultFailover, hc: &http.Client{Transport: tr, Timeout: 30 * time.Second}, now: time.Now}
+	c := &Client{addrs: addrs, failover: DefaultFailover, hc: &http.Client{Transport: defaultTransport, Timeout: 30 * time.Second}, now: time.Now}
 	for _, o := range opts {
 		o(c)
 	}
@@ -281,11 +288,14 @@ func decodeLease(sent time.Time, action string, raw []byte) (*Lease, error) {
 	return &Lease{Grant: g.Grant, SentAt: start, Deadline: LocalDeadline(start, remaining)}, nil
 }
 
-// Release frees the ticket. Sent again after a lost answer (SPEC §4.1),
-// a repeat that finds the ticket no longer held under this token (409
-// not_held, wrong_token, wrong_holder: the first send released it, or the
-// lease had run out) is the success the caller asked for — the token
-// holds nothing any more — and returns Released true.
+// Release frees the ticket. It is sent again after a lost answer (SPEC
+// §4.1). A repeat that finds the ticket free (409 not_held: the first send
+// released it, or the lease had run out) is the success the caller asked
+// for and returns Released true. A repeat that finds it held under another
+// token or holder (wrong_token, wrong_holder: released by the first send
+// and granted again since, or this token was void before) returns that
+// 409 wrapped with ErrOutcomeUnknown: this token holds nothing, but
+// whether this release freed it is not known.
 func (c *Client) Release(ctx context.Context, name, holder string, token uint64) (*wire.Released, error) {
 	var r reply
 	if c.co != nil {
@@ -295,8 +305,11 @@ func (c *Client) Release(ctx context.Context, name, holder string, token uint64)
 			hc: c.hc, repeatable: true, skip: -1})
 	}
 	if r.err != nil {
-		if r.uncertain && (errors.Is(r.err, ErrNotHeld) || errors.Is(r.err, ErrWrongToken) || errors.Is(r.err, ErrWrongHolder)) {
+		switch {
+		case r.uncertain && errors.Is(r.err, ErrNotHeld):
 			return &wire.Released{Name: name, Holder: holder, Token: token, Released: true}, nil
+		case r.uncertain && (errors.Is(r.err, ErrWrongToken) || errors.Is(r.err, ErrWrongHolder)):
+			return nil, fmt.Errorf("%w: a repeat of the release found %q held under another grant: %w", ErrOutcomeUnknown, name, r.err)
 		}
 		return nil, r.err
 	}

@@ -184,9 +184,10 @@ func TestFailoverResetGrantRepeats(t *testing.T) {
 }
 
 // SPEC §4.1: a Release whose first send was reset is sent again; a repeat
-// that finds the ticket no longer held under the token (the first send
-// released it) is the success the caller asked for. Without a lost answer
-// the same 409 is the caller's error.
+// that finds the ticket free (the first send released it) is the success
+// the caller asked for. Without a lost answer the same 409 is the
+// caller's error; held under another token after a lost answer, it is
+// that 409 with the outcome unknown.
 func TestFailoverResetReleaseRepeats(t *testing.T) {
 	a := newScripted(t, always(reset, ""))
 	b := newScripted(t, always(409, notHeld))
@@ -200,8 +201,15 @@ func TestFailoverResetReleaseRepeats(t *testing.T) {
 	}
 	// Now the second address is preferred, and answers 409 to a release
 	// that lost nothing: that is the caller's error.
-	if _, err := c.Release(context.Background(), "a", "h", 7); !errors.Is(err, ErrNotHeld) {
+	if _, err := c.Release(context.Background(), "a", "h", 7); !errors.Is(err, ErrNotHeld) || errors.Is(err, ErrOutcomeUnknown) {
 		t.Fatalf("a plain 409: %v, want ErrNotHeld", err)
+	}
+	// A repeat that finds the ticket held under another token cannot tell
+	// whether the lost send freed it: the 409, outcome unknown.
+	w := newScripted(t, always(409, `{"error":"wrong_token","message":"held under another token"}`))
+	c = multi(t, []Option{WithFailover(0)}, a.url, w.url)
+	if r, err := c.Release(context.Background(), "a", "h", 7); r != nil || !errors.Is(err, ErrWrongToken) || !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("release after a lost answer, repeat 409 wrong_token: %+v, %v; want wrong_token, outcome unknown", r, err)
 	}
 }
 
