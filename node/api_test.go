@@ -209,6 +209,9 @@ func TestAPITokens(t *testing.T) {
 		{"/v1/cluster/members", "Bearer " + clientTok, 401},
 		{"/v1/cluster/members", "", 401},
 		{"/v1/cluster/members", "Bearer " + adminTok, 200},
+		{"/v1/cluster/health", "", 401}, // SPEC §3.5: the client token, not the admin one
+		{"/v1/cluster/health", "Bearer " + clientTok, 200},
+		{"/v1/cluster/health?verbose=1", "Bearer " + clientTok, 400},
 		{"/livez", "", 200},
 		{"/readyz", "", 200},
 		{"/metrics", "", 200},
