@@ -195,6 +195,16 @@ func (r *Runner) client(ctx context.Context, id int) {
 // classify maps a client error to an outcome and a code.
 func classify(err error) (safety.Outcome, string) {
 	var ce *client.Error
+	if errors.Is(err, client.ErrOutcomeUnknown) {
+		// The client sent it, lost the answer, and may have tried again
+		// elsewhere (SPEC §4.1): whatever the last attempt said (a dial
+		// error, a 503 with a stage), the first may have applied.
+		code := "outcome_unknown"
+		if errors.As(err, &ce) {
+			code += "/" + ce.ErrorBody.Error + "/" + ce.Reason
+		}
+		return safety.Unknown, code
+	}
 	if errors.As(err, &ce) {
 		if ce.StatusCode/100 == 4 {
 			return safety.Refused, ce.ErrorBody.Error
