@@ -148,8 +148,63 @@ func naiveEntry(data []byte) (ticket.Entry, naiveKind) {
 
 type naiveSnap struct {
 	delta, index uint64
+	raft         *ticket.Position // version 3
 	tickets      []ticket.Ticket
 	retired      []string
+}
+
+// naivePosition reads version 3's Raft position and applies its rules
+// (from the format comment and hashicorp/raft's checkConfiguration).
+func naivePosition(b *[]byte, cmdIndex uint64) (*ticket.Position, bool) {
+	var p ticket.Position
+	var ok [4]bool
+	p.Index, ok[0] = cutU64(b)
+	p.Term, ok[1] = cutU64(b)
+	p.TakenMs, ok[2] = cutU64(b)
+	p.ConfigurationIndex, ok[3] = cutU64(b)
+	n, ok4 := cut(b, 2)
+	if !ok[0] || !ok[1] || !ok[2] || !ok[3] || !ok4 {
+		return nil, false
+	}
+	str16 := func() (string, bool) {
+		l, ok := cut(b, 2)
+		if !ok {
+			return "", false
+		}
+		v, ok := cut(b, int(binary.BigEndian.Uint16(l)))
+		return string(v), ok
+	}
+	for range int(binary.BigEndian.Uint16(n)) {
+		suff, ok := cut(b, 1)
+		if !ok {
+			return nil, false
+		}
+		id, ok1 := str16()
+		if !ok1 {
+			return nil, false
+		}
+		addr, ok2 := str16()
+		if !ok2 {
+			return nil, false
+		}
+		p.Servers = append(p.Servers, ticket.Server{Suffrage: suff[0], ID: id, Address: addr})
+	}
+	if p.Term == 0 || p.Index < cmdIndex || p.ConfigurationIndex < 1 || p.ConfigurationIndex > p.Index || len(p.Servers) == 0 {
+		return nil, false
+	}
+	voter := false
+	for i, s := range p.Servers {
+		if s.Suffrage > 2 || s.ID == "" || s.Address == "" {
+			return nil, false
+		}
+		for _, o := range p.Servers[:i] {
+			if o.ID == s.ID || o.Address == s.Address {
+				return nil, false
+			}
+		}
+		voter = voter || s.Suffrage == 0
+	}
+	return &p, voter
 }
 
 func naiveSnapshot(data []byte) (naiveSnap, naiveKind) {
@@ -167,18 +222,26 @@ func naiveSnapshot(data []byte) (naiveSnap, naiveKind) {
 		return s, "format"
 	}
 	version := binary.BigEndian.Uint16(ver)
-	if version != 1 && version != 2 { // 2 added the retired NodeIds
+	if version < 1 || version > 3 { // 2 added the retired NodeIds, 3 the Raft position
 		return s, "version"
 	}
-	hdr, ok := cut(&b, 24)
+	hdr, ok := cut(&b, 16)
 	if !ok {
 		return s, "format"
 	}
 	s.delta = binary.BigEndian.Uint64(hdr[0:8])
 	s.index = binary.BigEndian.Uint64(hdr[8:16])
-	count := binary.BigEndian.Uint64(hdr[16:24])
 	if s.delta < 2 || s.delta > 60000 {
 		return s, "delta"
+	}
+	if version == 3 {
+		if s.raft, ok = naivePosition(&b, s.index); !ok {
+			return s, "format"
+		}
+	}
+	count, ok := cutU64(&b)
+	if !ok {
+		return s, "format"
 	}
 	for i := uint64(0); i < count; i++ {
 		var t ticket.Ticket
@@ -208,9 +271,9 @@ func naiveSnapshot(data []byte) (naiveSnap, naiveKind) {
 		}
 		s.tickets = append(s.tickets, t)
 	}
-	if version == 2 {
+	if version >= 2 {
 		n, ok := cutU64(&b)
-		if !ok || n == 0 {
+		if !ok || n == 0 && version == 2 {
 			return s, "format"
 		}
 		for i := uint64(0); i < n; i++ {

@@ -38,6 +38,16 @@ func snapshotSeeds() [][]byte {
 		var b bytes.Buffer
 		s.WriteTo(&b)
 		out = append(out, b.Bytes())
+		// Version 3: the same state with its Raft position.
+		s.Raft = &ticket.Position{Index: idx + 2, Term: 3, TakenMs: 1_700_000_000_500, ConfigurationIndex: 1, Servers: []ticket.Server{
+			{Suffrage: ticket.SuffrageVoter, ID: "node-1", Address: "127.0.0.1:7001"},
+			{Suffrage: ticket.SuffrageNonvoter, ID: "node-2", Address: "127.0.0.1:7002"},
+		}[:1+n%2]}
+		b.Reset()
+		if _, err := s.WriteTo(&b); err != nil {
+			panic(err)
+		}
+		out = append(out, b.Bytes())
 	}
 	return out
 }
@@ -81,6 +91,9 @@ func checkSnapshot(t *testing.T, data []byte) {
 	if !slices.Equal(s.Retired, ns.retired) {
 		t.Fatalf("retired: %q vs %q", s.Retired, ns.retired)
 	}
+	if (s.Raft == nil) != (ns.raft == nil) || s.Raft != nil && (s.Raft.TakenMs != ns.raft.TakenMs || !samePosition(s.Raft, ns.raft)) {
+		t.Fatalf("raft position: %+v vs %+v", s.Raft, ns.raft)
+	}
 	for i := range s.Tickets {
 		if s.Tickets[i] != ns.tickets[i] {
 			t.Fatalf("ticket %d: %+v vs %+v", i, s.Tickets[i], ns.tickets[i])
@@ -98,6 +111,7 @@ func checkSnapshot(t *testing.T, data []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s2.Raft = s.Raft // not state: the Raft adapter sets it from the metadata
 	var b2 bytes.Buffer
 	s2.WriteTo(&b2)
 	if !bytes.Equal(b2.Bytes(), data) {
@@ -106,4 +120,9 @@ func checkSnapshot(t *testing.T, data []byte) {
 	if other := ticket.New(s.DeltaMs%60000 + 1); other.ConfiguredDelta() != s.DeltaMs && other.Restore(bytes.NewReader(data)) == nil {
 		t.Fatal("restore with another configured Δ accepted")
 	}
+}
+
+func samePosition(a, b *ticket.Position) bool {
+	f, _, _ := a.Mismatch(b)
+	return f == ""
 }

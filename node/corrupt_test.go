@@ -235,9 +235,10 @@ func TestSnapshotRefusedAtStart(t *testing.T) {
 	}{
 		{"raft CRC", edit(func(b []byte) []byte { b[40] ^= 1; return b }), 500, nil, "CRC mismatch"},
 		{"our checksum", func(t *testing.T, sdir string) {
-			// The last expiry's low bit: still a plausible value, so only
-			// the checksum can tell.
-			edit(func(b []byte) []byte { b[len(b)-5] ^= 1; return b })(t, sdir)
+			// The last expiry's low bit (before the retired count and
+			// the checksum): still a plausible value, so only the
+			// checksum can tell.
+			edit(func(b []byte) []byte { b[len(b)-4-8-1] ^= 1; return b })(t, sdir)
 			fixRaftCRC(t, sdir)
 		}, 500, ticket.ErrChecksum, "bad checksum"},
 		{"unknown version", func(t *testing.T, sdir string) {

@@ -3,11 +3,16 @@ package node
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -266,6 +271,10 @@ func dataDirFaultTable(t *testing.T, store string) {
 	}
 	if store == consensus.LogStoreWAL {
 		cases = append(walCases, cases...)
+		// meta.json's fields do not depend on the log store: once.
+		for _, m := range metaFieldCases() {
+			cases = append(cases, faultCase{m.name, meta, m.damage, m.want})
+		}
 	} else {
 		cases = append(boltCases, cases...)
 	}
@@ -282,6 +291,8 @@ func dataDirFaultTable(t *testing.T, store string) {
 				t.Fatalf("panicked: %s", detail)
 			case outcome == refused && !strings.Contains(detail, filepath.Base(path)) && !strings.Contains(detail, dir):
 				t.Fatalf("refused without naming %s: %s", path, detail)
+			case outcome == refused && strings.HasPrefix(c.name, metaPrefix) && !strings.Contains(detail, "meta.json") && !strings.Contains(detail, "state.bin"):
+				t.Fatalf("refused without naming the snapshot's meta.json or state.bin: %s", detail)
 			case c.want == either && (outcome == refused || outcome == intact):
 			case outcome != c.want:
 				t.Fatalf("outcome %s, want %s: %s", outcome, c.want, detail)
@@ -332,4 +343,161 @@ func startOnDamaged(t *testing.T, dir, store string, want map[string]wire.Ticket
 		}
 	}
 	return "intact", "all tickets and tokens intact"
+}
+
+// metaPrefix starts the names of metaFieldCases.
+const metaPrefix = "snapshot meta "
+
+type metaCase struct {
+	name   string
+	damage func(*testing.T, string)
+	want   string
+}
+
+// metaFieldCases change one field of the newest snapshot's meta.json at a
+// time, as a digit or a character (the trial of issue 23 changed
+// "Index":104 to "Index":9104 and was served): Raft trusts every one of
+// them, and raft's CRC covers only state.bin. SPEC §4 (snapshots carry a
+// format version and a checksum): each is refused naming the snapshot's
+// file; rewriting the same values in another layout is harmless.
+func metaFieldCases() []metaCase {
+	top := `\{"Version":(-?\d+),"ID":"([^"]*)","Index":(\d+),"Term":(\d+),"Peers":"([^"]*)"`
+	server := `"Servers":\[\{"Suffrage":(\d+),"ID":"([^"]*)","Address":"([^"]*)"\}`
+	tail := `"ConfigurationIndex":(\d+),"Size":(\d+),"CRC":"([^"]*)"\}`
+	add := func(d int64) func(string) string {
+		return func(v string) string {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return strconv.FormatInt(n+d, 10)
+		}
+	}
+	set := func(to string) func(string) string { return func(string) string { return to } }
+	// otherChar changes the last character (a digit stays a digit).
+	otherChar := func(v string) string {
+		c := v[len(v)-1]
+		switch {
+		case c >= '0' && c <= '9':
+			c = '0' + (c-'0'+1)%10
+		case c == 'A':
+			c = 'B'
+		default:
+			c = 'A'
+		}
+		return v[:len(v)-1] + string(c)
+	}
+	field := func(name, re string, group int, change func(string) string) metaCase {
+		return metaCase{metaPrefix + name, editMeta(re, group, change), "refused"}
+	}
+	return []metaCase{
+		field("Index +9000 (the trial's 104 → 9104)", top, 3, func(v string) string { return "9" + v }),
+		field("Index +1", top, 3, add(1)),
+		field("Index -1", top, 3, add(-1)),
+		field("Term +1", top, 4, add(1)),
+		field("Term -1", top, 4, add(-1)),
+		field("Version 0", top, 1, set("0")),
+		field("Version 2", top, 1, set("2")),
+		field("ID's time changed", top, 2, otherChar),
+		field("Peers changed", top, 5, otherChar),
+		field("server Suffrage voter → nonvoter", server, 1, set("1")),
+		field("server Suffrage voter → staging", server, 1, set("2")),
+		field("server ID changed", server, 2, otherChar),
+		field("server Address changed", server, 3, otherChar),
+		field("ConfigurationIndex +1", tail, 1, add(1)),
+		field("ConfigurationIndex 0", tail, 1, set("0")),
+		field("Size +1", tail, 2, add(1)),
+		field("Size -1", tail, 2, add(-1)),
+		field("CRC changed", tail, 3, otherChar),
+		field("unknown field added", tail, 3, func(v string) string { return v + `","Extra":"1` }),
+		field("CRC's first byte changed", tail, 3, func(v string) string { return otherChar(v[:1]) + v[1:] }),
+		// Metadata consistent in itself: only the position in state.bin
+		// tells that it is not this snapshot's.
+		{metaPrefix + "Index and ID changed together, the directory renamed", renameSnapshot(top, 0, 9000), "refused"},
+		{metaPrefix + "Term and ID changed together, the directory renamed", renameSnapshot(top, 1, 0), "refused"},
+		{metaPrefix + "server Address and Peers changed together", func(t *testing.T, p string) {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := regexp.MustCompile(top + `.*` + server).FindSubmatch(b)
+			if m == nil {
+				t.Fatalf("no match in %s", b)
+			}
+			addr := string(m[8])
+			newAddr := otherChar(addr)
+			peers, err := base64.StdEncoding.DecodeString(string(m[5]))
+			if err != nil || !bytes.Contains(peers, []byte(addr)) {
+				t.Fatalf("Peers %q does not hold %q (%v)", peers, addr, err)
+			}
+			newPeers := base64.StdEncoding.EncodeToString(bytes.Replace(peers, []byte(addr), []byte(newAddr), 1)) // same length: msgpack's header holds
+			out := strings.Replace(string(b), `"Peers":"`+string(m[5])+`"`, `"Peers":"`+newPeers+`"`, 1)
+			out = strings.Replace(out, `"Address":"`+addr+`"`, `"Address":"`+newAddr+`"`, 1)
+			if err := os.WriteFile(p, []byte(out), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, "refused"},
+		{metaPrefix + "rewritten indented, same values", func(t *testing.T, p string) {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			if err := json.Indent(&out, b, "", "  "); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, out.Bytes(), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, "intact"},
+	}
+}
+
+// renameSnapshot adds dTerm to the Term and dIndex to the Index of a
+// meta.json, changes its ID to match and renames its directory.
+func renameSnapshot(top string, dTerm, dIndex uint64) func(*testing.T, string) {
+	return func(t *testing.T, p string) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(top).FindSubmatch(b)
+		if m == nil {
+			t.Fatalf("no match in %s", b)
+		}
+		ms := strings.SplitN(string(m[2]), "-", 3)[2]
+		index, _ := strconv.ParseUint(string(m[3]), 10, 64)
+		term, _ := strconv.ParseUint(string(m[4]), 10, 64)
+		index, term = index+dIndex, term+dTerm
+		newID := fmt.Sprintf("%d-%d-%s", term, index, ms)
+		out := strings.Replace(string(b), string(m[0]), fmt.Sprintf(`{"Version":%s,"ID":"%s","Index":%d,"Term":%d,"Peers":"%s"`, m[1], newID, index, term, m[5]), 1)
+		if err := os.WriteFile(p, []byte(out), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Dir(p)
+		if err := os.Rename(dir, filepath.Join(filepath.Dir(dir), newID)); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("snapshot %s renamed %s", m[2], newID)
+	}
+}
+
+// editMeta replaces submatch group of re's first match in the file with
+// change(its text); a file without a match fails the test (the layout of
+// raft's meta.json changed).
+func editMeta(re string, group int, change func(string) string) func(*testing.T, string) {
+	return func(t *testing.T, p string) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		loc := regexp.MustCompile(re).FindSubmatchIndex(b)
+		if loc == nil {
+			t.Fatalf("%s has no match of %s: %s", p, re, b)
+		}
+		at, end := loc[2*group], loc[2*group+1]
+		old := string(b[at:end])
+		out := append(append(append([]byte(nil), b[:at]...), change(old)...), b[end:]...)
+		t.Logf("meta.json %q → %q", old, change(old))
+		if err := os.WriteFile(p, out, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -134,13 +134,17 @@ func Open(o Options) (_ *Raft, err error) {
 		return nil, &datadir.Error{File: o.Dir.Snapshots(), Err: err}
 	}
 	restoreStart := time.Now()
-	snap, err := restoreNewestSnapshot(o.Dir, p.snaps, o.FSM)
+	snap, positioned, err := restoreNewestSnapshot(o.Dir, p.snaps, o.FSM)
 	if err != nil {
 		return nil, err
 	}
 	if snap != nil {
 		log.Info("restored snapshot", "id", snap.ID, "index", snap.Index, "tickets", o.FSM.Len(), "delta_ms", o.FSM.Delta(),
 			"size_bytes", snap.Size, "took_ms", time.Since(restoreStart).Milliseconds())
+		if !positioned {
+			log.Warn("the newest snapshot was written before snapshot format 3: its meta.json could be checked only against itself, state.bin's size and checksum and (single node) the log, not against a position in state.bin; the next snapshot carries it",
+				"id", snap.ID)
+		}
 	}
 	var emptyTail string
 	var tailSize int64
@@ -155,6 +159,11 @@ func Open(o Options) (_ *Raft, err error) {
 	}
 	if err := checkLog(p.logPath, p.store, snap, hwm, o.RequireVoter); err != nil {
 		return nil, err
+	}
+	if o.RequireVoter && snap != nil {
+		if err := checkSnapshotInLog(o.Dir, p.store, snap); err != nil {
+			return nil, err
+		}
 	}
 	if emptyTail != "" {
 		if err := preallocate(emptyTail, tailSize); err != nil {
@@ -185,7 +194,7 @@ func Open(o Options) (_ *Raft, err error) {
 	if err != nil {
 		return nil, err
 	}
-	p.r, err = raft.NewRaft(rc, &raftFSM{t: o.FSM}, cache, p.store, p.snaps, p.trans)
+	p.r, err = raft.NewRaft(rc, &raftFSM{t: o.FSM}, cache, p.store, &positionStore{SnapshotStore: p.snaps, fsm: o.FSM}, p.trans)
 	if err != nil {
 		return nil, &datadir.Error{File: p.logPath, Err: err}
 	}

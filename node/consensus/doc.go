@@ -8,11 +8,17 @@
 // configuration to bootstrap with when the data dir holds no Raft state, or
 // none: wait to be added by a leader).
 //
-// Invariants: the newest snapshot is verified (metadata, CRC, FSM format,
-// checksum and Δ) and restored before Raft starts, never falling back to an
-// older one (NoSnapshotRestoreOnStart); no caller waits on a raft future
-// without a deadline (an ApplyFuture can block until shutdown,
-// hashicorp/raft#498): every wait selects on the caller's context too.
+// Invariants: the newest snapshot is verified and restored before Raft
+// starts, never falling back to an older one (NoSnapshotRestoreOnStart):
+// every field of every snapshot's meta.json against itself and state.bin
+// (size, CRC-64), then the newest one's state.bin (format, checksum, Δ)
+// and the Raft position it carries (index, term, configuration and its
+// index; snapshot format 3) against its meta.json — Raft trusts the
+// metadata, and its CRC covers only state.bin. A snapshot installed from
+// the leader is checked against the request the same way
+// (positionSink). No caller waits on a raft future without a deadline
+// (an ApplyFuture can block until shutdown, hashicorp/raft#498): every
+// wait selects on the caller's context too.
 //
 // Hazard: a Propose whose context ends has an unknown outcome: the entry may
 // still commit. Callers report it as such, never as a refusal.

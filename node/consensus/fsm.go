@@ -45,18 +45,6 @@ func (f *raftFSM) Restore(rc io.ReadCloser) error {
 	return f.t.Restore(rc)
 }
 
-type fsmSnapshot struct{ s *ticket.Snapshot }
-
-func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := s.s.WriteTo(sink); err != nil {
-		_ = sink.Cancel()
-		return err
-	}
-	return sink.Close()
-}
-
-func (s *fsmSnapshot) Release() {}
-
 // hclogWriter turns the lines of Raft's own logger (hclog's text format,
 // "TIME [LEVEL]  raft: message: k=v") into slog records.
 type hclogWriter struct{ log *slog.Logger }

@@ -17,6 +17,13 @@ type memRaft struct {
 
 func newMemRaft(t *testing.T, id string, delta uint64, bootstrap bool) *memRaft {
 	t.Helper()
+	return newMemRaftWith(t, id, delta, bootstrap, raft.NewInmemSnapshotStore(), nil)
+}
+
+// newMemRaftWith is newMemRaft with its snapshot store and, when wrap is
+// set, the FSM Raft sees wrapping the adapter.
+func newMemRaftWith(t *testing.T, id string, delta uint64, bootstrap bool, snaps raft.SnapshotStore, wrap func(raft.FSM) raft.FSM) *memRaft {
+	t.Helper()
 	conf := raft.DefaultConfig()
 	conf.LocalID = raft.ServerID(id)
 	conf.HeartbeatTimeout = 50 * time.Millisecond
@@ -27,7 +34,6 @@ func newMemRaft(t *testing.T, id string, delta uint64, bootstrap bool) *memRaft 
 	conf.SnapshotThreshold = 1 << 30
 	conf.LogOutput = &hclogWriter{log: testLogger(t).With("node", id)}
 	store := raft.NewInmemStore()
-	snaps := raft.NewInmemSnapshotStore()
 	addr, trans := raft.NewInmemTransport(raft.ServerAddress(id))
 	m := &memRaft{trans: trans, fsm: ticket.New(delta)}
 	if bootstrap {
@@ -36,7 +42,11 @@ func newMemRaft(t *testing.T, id string, delta uint64, bootstrap bool) *memRaft 
 			t.Fatal(err)
 		}
 	}
-	r, err := raft.NewRaft(conf, &raftFSM{t: m.fsm}, store, store, snaps, trans)
+	var fsm raft.FSM = &raftFSM{t: m.fsm}
+	if wrap != nil {
+		fsm = wrap(fsm)
+	}
+	r, err := raft.NewRaft(conf, fsm, store, store, &positionStore{SnapshotStore: snaps, fsm: m.fsm}, trans)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +74,11 @@ func (m *memRaft) apply(t *testing.T, e ticket.Entry) ticket.Result {
 // leaderWithSnapshot is a one-voter cluster holding tickets whose log has
 // been compacted into a snapshot.
 func leaderWithSnapshot(t *testing.T) *memRaft {
-	l := newMemRaft(t, "leader", 500, true)
+	return leaderWithSnapshotIn(t, raft.NewInmemSnapshotStore(), nil)
+}
+
+func leaderWithSnapshotIn(t *testing.T, snaps raft.SnapshotStore, wrap func(raft.FSM) raft.FSM) *memRaft {
+	l := newMemRaftWith(t, "leader", 500, true, snaps, wrap)
 	waitFor(t, "leadership", 5*time.Second, func() bool { return l.r.State() == raft.Leader })
 	if r := l.apply(t, ticket.Entry{Op: ticket.OpInit, DeltaMs: 500}); r.Code != ticket.CodeOK {
 		t.Fatal(r)
@@ -89,13 +103,11 @@ func join(t *testing.T, l, f *memRaft) {
 	}
 }
 
-// SPEC §4-7: a snapshot installed from the leader keeps every expiry as it
-// is — Δ is not added again.
-func TestSnapshotInstallKeepsExpiries(t *testing.T) {
-	l := leaderWithSnapshot(t)
-	f := newMemRaft(t, "follower", 500, false)
-	join(t, l, f)
-	waitFor(t, "the install", 5*time.Second, func() bool { return f.fsm.Len() == 3 })
+// wantInstalled waits until f holds l's three tickets and fails unless
+// each is l's, field for field; it returns them.
+func wantInstalled(t *testing.T, l, f *memRaft) []ticket.Ticket {
+	t.Helper()
+	waitFor(t, "the install", 10*time.Second, func() bool { return f.fsm.Len() == 3 })
 	want, _ := l.fsm.List("", 0)
 	got, _ := f.fsm.List("", 0)
 	for i := range want {
@@ -103,6 +115,16 @@ func TestSnapshotInstallKeepsExpiries(t *testing.T) {
 			t.Fatalf("installed %+v, leader has %+v", got[i], want[i])
 		}
 	}
+	return want
+}
+
+// SPEC §4-7: a snapshot installed from the leader keeps every expiry as it
+// is — Δ is not added again.
+func TestSnapshotInstallKeepsExpiries(t *testing.T) {
+	l := leaderWithSnapshot(t)
+	f := newMemRaft(t, "follower", 500, false)
+	join(t, l, f)
+	want := wantInstalled(t, l, f)
 	if f.fsm.Delta() != 500 || f.fsm.Fatal() != nil {
 		t.Fatalf("follower Δ %d fatal %v", f.fsm.Delta(), f.fsm.Fatal())
 	}

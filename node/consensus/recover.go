@@ -48,7 +48,7 @@ func ReadState(d *datadir.Dir, fsm *ticket.FSM) (RecoverInfo, error) {
 	if err != nil {
 		return info, &datadir.Error{File: d.Snapshots(), Err: err}
 	}
-	snap, err := restoreNewestSnapshot(d, snaps, fsm)
+	snap, _, err := restoreNewestSnapshot(d, snaps, fsm)
 	if err != nil {
 		return info, err
 	}
@@ -130,7 +130,7 @@ func WriteRecovered(to *datadir.Dir, fsm *ticket.FSM, info RecoverInfo, newID, a
 	conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(newID), Address: raft.ServerAddress(addr)}}}
 	_, tr := raft.NewInmemTransport(raft.ServerAddress(addr))
 	defer tr.Close()
-	sink, err := snaps.Create(raft.SnapshotVersionMax, info.LastIndex, info.LastTerm, conf, 1, tr)
+	sink, err := (&positionStore{SnapshotStore: snaps}).Create(fileSnapshotVersion, info.LastIndex, info.LastTerm, conf, 1, tr)
 	if err != nil {
 		return &datadir.Error{File: to.Snapshots(), Err: err}
 	}
@@ -139,11 +139,7 @@ func WriteRecovered(to *datadir.Dir, fsm *ticket.FSM, info RecoverInfo, newID, a
 		_ = sink.Cancel()
 		return err
 	}
-	if _, err := s.WriteTo(sink); err != nil {
-		_ = sink.Cancel()
-		return &datadir.Error{File: to.Snapshots(), Err: err}
-	}
-	if err := sink.Close(); err != nil {
+	if err := persist(s, sink); err != nil {
 		return &datadir.Error{File: to.Snapshots(), Err: err}
 	}
 	store, err := openStore(to, kind, nil)

@@ -2,7 +2,6 @@ package consensus
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -19,58 +18,59 @@ import (
 	"go.etcd.io/bbolt"
 )
 
-// snapMeta is the part of raft's meta.json this package checks.
-type snapMeta struct {
-	ID    string
-	Index uint64
-	Term  uint64
-}
-
-// restoreNewestSnapshot verifies every snapshot's metadata and restores the
-// newest one into the FSM, refusing (never skipping to an older snapshot)
-// when anything is wrong. It returns the restored snapshot's metadata, or
-// nil when there is none.
-func restoreNewestSnapshot(d *datadir.Dir, store *raft.FileSnapshotStore, fsm *ticket.FSM) (*raft.SnapshotMeta, error) {
+// restoreNewestSnapshot verifies every snapshot's metadata (checkMeta)
+// and restores the newest one into the FSM after checking its payload
+// against that metadata, refusing (never skipping to an older snapshot)
+// when anything is wrong. It returns the restored snapshot's metadata and
+// whether its payload carries its position (format version 3), or nil
+// when there is none.
+func restoreNewestSnapshot(d *datadir.Dir, store raft.SnapshotStore, fsm *ticket.FSM) (*raft.SnapshotMeta, bool, error) {
 	dir := d.Snapshots()
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return nil, &datadir.Error{File: dir, Err: err}
+		return nil, false, &datadir.Error{File: dir, Err: err}
 	}
+	var newest *diskMeta
 	for _, e := range ents {
 		if !e.IsDir() || strings.HasSuffix(e.Name(), ".tmp") {
 			continue
 		}
-		p := filepath.Join(dir, e.Name(), "meta.json")
-		b, err := os.ReadFile(p)
+		m, err := checkMeta(dir, e.Name())
 		if err != nil {
-			return nil, &datadir.Error{File: p, Err: err}
+			return nil, false, err
 		}
-		var m snapMeta
-		if err := json.Unmarshal(b, &m); err != nil || m.ID != e.Name() {
-			return nil, &datadir.Error{File: p, Err: fmt.Errorf("unreadable snapshot metadata (id %q): %v", m.ID, err)}
+		if newest == nil || newer(&m.SnapshotMeta, &newest.SnapshotMeta) {
+			newest = m
 		}
 	}
+	if newest == nil {
+		return nil, false, nil
+	}
+	metaPath := filepath.Join(dir, newest.ID, "meta.json")
+	state := filepath.Join(dir, newest.ID, "state.bin")
 	metas, err := store.List()
 	if err != nil {
-		return nil, &datadir.Error{File: dir, Err: err}
+		return nil, false, &datadir.Error{File: dir, Err: err}
 	}
-	if len(metas) == 0 {
-		return nil, nil
+	if len(metas) == 0 || metas[0].ID != newest.ID {
+		return nil, false, &datadir.Error{File: metaPath, Err: fmt.Errorf("raft's snapshot store does not list snapshot %s as the newest; refusing to start; see docs/data-dir.md", newest.ID)}
 	}
-	newest := metas[0]
-	state := filepath.Join(dir, newest.ID, "state.bin")
 	_, rc, err := store.Open(newest.ID) // verifies raft's CRC-64 of state.bin
 	if err != nil {
-		return nil, &datadir.Error{File: state, Err: fmt.Errorf("snapshot refused: %w", err)}
+		if strings.Contains(err.Error(), "CRC mismatch") { // raft's only word for it
+			err = fmt.Errorf("%w: %s", err, errCRC)
+		}
+		return nil, false, &datadir.Error{File: state, Err: fmt.Errorf("snapshot refused: %w", err)}
 	}
 	defer rc.Close()
-	if err := fsm.Restore(rc); err != nil {
-		return nil, &datadir.Error{File: state, Err: err}
+	var hdr *ticket.Snapshot
+	if err := restoreChecked(metaPath, state, &newest.SnapshotMeta, rc, fsm, &hdr); err != nil {
+		return nil, false, err
 	}
-	return newest, nil
+	return &newest.SnapshotMeta, hdr.Raft != nil, nil
 }
 
 // openBolt opens raft.db after checking its meta pages against its size,

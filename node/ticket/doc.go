@@ -23,6 +23,10 @@
 //     the previous release reading everything but a retirement.
 //   - Restore decodes and verifies a whole snapshot, including Δ ∈ 2..=60000
 //     and Δ equal to the node's configured Δ, before it replaces any state.
+//   - A snapshot of version 3 carries the Raft position it was taken at
+//     (index, term, configuration and its index: Position) under its
+//     checksum, so node/consensus can check Raft's metadata against it.
+//     The FSM does not know the position; the Raft adapter supplies it.
 //
 // Hazards: Apply is called by Raft's FSM goroutine only; readers (Get, List,
 // Due, Len) take a read lock and may run concurrently with it.

@@ -16,33 +16,80 @@ import (
 // Snapshot format (all integers big-endian):
 //
 //	"TCKTSNAP"  magic, 8 bytes
-//	u16         version (SnapshotVersion)
+//	u16         version (1..=SnapshotVersion)
 //	u64         Δ ms
 //	u64         last applied command index
+//	version 3 only — the Raft position (Position): what Raft's metadata
+//	of the snapshot (its meta.json, an InstallSnapshot request) claims:
+//	  u64       Raft index of the last entry the state includes
+//	  u64       that entry's Raft term
+//	  u64       taken at (unix ms)
+//	  u64       configuration index
+//	  u16       server count (≥ 1)
+//	  per server, in Raft's order: u8 suffrage (0 voter, 1 nonvoter,
+//	  2 staging); u16 len, ID; u16 len, address
 //	u64         ticket count
 //	per ticket, names strictly increasing:
 //	  u8 len, name; u8 len, holder; u64 token; u8 lease_s;
 //	  u64 valid_before_ms; u64 expiry_ms
-//	version 2 only (SPEC §3.4):
-//	u64         retired NodeId count (≥ 1)
+//	versions 2 and 3 (SPEC §3.4):
+//	u64         retired NodeId count (version 2: ≥ 1; version 3: any)
 //	per NodeId, strictly increasing: u8 len, NodeId
 //	u32         CRC-32C of every byte before it
 //
-// Nothing may follow the checksum. A snapshot is written in version 1 when
-// no NodeId is retired (a node of the previous release can install it),
-// else in version 2; ReadSnapshot reads both and refuses a version 2 with
-// no retired NodeId (not what WriteTo writes: every accepted snapshot
+// Nothing may follow the checksum. Every snapshot a node persists carries
+// its Raft position (version 3): node/consensus checks every field of
+// Raft's metadata against it before Raft opens, and an installed
+// snapshot's against the leader's request. A Snapshot without a position
+// (Raft nil) is written in the versions before it, 1 when no NodeId is
+// retired, else 2, which ReadSnapshot still reads (a node upgraded with
+// such a snapshot; the golden files); it refuses a version 2 with no
+// retired NodeId (not what WriteTo writes: every accepted snapshot
 // re-encodes to the same bytes).
 const (
 	SnapshotMagic   = "TCKTSNAP"
-	SnapshotVersion = 2
+	SnapshotVersion = 3
 )
+
+// Position is where in the Raft log a snapshot was taken and under which
+// configuration (version 3). Raft's own metadata of the snapshot must
+// claim exactly this; the snapshot's checksum covers it with the state.
+type Position struct {
+	Index, Term uint64 // the last Raft entry the state includes
+	// TakenMs is when the snapshot was taken (unix ms), for an operator
+	// reading a snapshot file. No metadata has to match it (a snapshot
+	// installed from the leader keeps the leader's).
+	TakenMs            uint64
+	ConfigurationIndex uint64   // the Raft index of the configuration
+	Servers            []Server // the committed configuration, in Raft's order
+}
+
+// Server is one member of a Position's configuration.
+type Server struct {
+	Suffrage uint8 // SuffrageVoter, SuffrageNonvoter or SuffrageStaging
+	ID       string
+	Address  string
+}
+
+// Suffrages, numbered as hashicorp/raft's ServerSuffrage.
+const (
+	SuffrageVoter uint8 = iota
+	SuffrageNonvoter
+	SuffrageStaging
+)
+
+// maxServerField bounds a server's ID and address (the u16 length).
+const maxServerField = 1<<16 - 1
 
 // Snapshot is a point-in-time copy of the state, safe to write while the
 // FSM keeps applying.
 type Snapshot struct {
 	DeltaMs uint64
-	Index   uint64
+	Index   uint64 // last applied command index: every token is ≤ it
+	// Raft is where the snapshot was taken (version 3); nil in the
+	// versions before. The FSM does not know it (Snapshot leaves it nil):
+	// the Raft adapter sets it from the snapshot's metadata.
+	Raft    *Position
 	Tickets []Ticket // any order; sorted by name once decoded
 	Retired []string // retired NodeIds, sorted
 }
@@ -70,8 +117,15 @@ func (f *FSM) Snapshot() (*Snapshot, error) {
 }
 
 // WriteTo writes the snapshot in the versioned, checksummed format, the
-// tickets in name order (s.Tickets itself is left in its order).
+// tickets in name order (s.Tickets itself is left in its order): version 3
+// with its Raft position, else version 1 or 2 (see the format). A position
+// ReadSnapshot would refuse is not written.
 func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
+	if s.Raft != nil {
+		if err := s.Raft.check(s.Index); err != nil {
+			return 0, err
+		}
+	}
 	order := nameOrder(s.Tickets)
 	cw := &crcWriter{w: bufio.NewWriterSize(w, 1<<16), h: crc32.New(castagnoli)}
 	buf := make([]byte, 0, 2*MaxNameLen+64)
@@ -80,12 +134,18 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		slices.Sort(s.Retired)
 	}
 	version := uint16(1)
-	if len(s.Retired) > 0 {
+	switch {
+	case s.Raft != nil:
+		version = 3
+	case len(s.Retired) > 0:
 		version = 2
 	}
 	buf = binary.BigEndian.AppendUint16(buf, version)
 	buf = binary.BigEndian.AppendUint64(buf, s.DeltaMs)
 	buf = binary.BigEndian.AppendUint64(buf, s.Index)
+	if version == 3 {
+		buf = s.Raft.append(buf)
+	}
 	buf = binary.BigEndian.AppendUint64(buf, uint64(len(s.Tickets)))
 	if err := cw.write(buf); err != nil {
 		return cw.n, err
@@ -102,7 +162,7 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 			return cw.n, err
 		}
 	}
-	if version == 2 {
+	if version >= 2 {
 		buf = binary.BigEndian.AppendUint64(buf[:0], uint64(len(s.Retired)))
 		for _, id := range s.Retired {
 			buf = appendStr(buf, id)
@@ -117,6 +177,111 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	}
 	cw.n += int64(len(sum))
 	return cw.n, cw.w.Flush()
+}
+
+// append encodes p (version 3's Raft position).
+func (p *Position) append(b []byte) []byte {
+	b = binary.BigEndian.AppendUint64(b, p.Index)
+	b = binary.BigEndian.AppendUint64(b, p.Term)
+	b = binary.BigEndian.AppendUint64(b, p.TakenMs)
+	b = binary.BigEndian.AppendUint64(b, p.ConfigurationIndex)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(p.Servers)))
+	for _, sv := range p.Servers {
+		b = append(b, sv.Suffrage)
+		b = binary.BigEndian.AppendUint16(b, uint16(len(sv.ID)))
+		b = append(b, sv.ID...)
+		b = binary.BigEndian.AppendUint16(b, uint16(len(sv.Address)))
+		b = append(b, sv.Address...)
+	}
+	return b
+}
+
+// check verifies a position of a snapshot whose last applied command is at
+// cmdIndex: a term, cmdIndex ≤ Index (Raft's index counts every entry, the
+// command index only commands), 1 ≤ ConfigurationIndex ≤ Index, and a
+// configuration Raft itself would accept (ValidConfiguration).
+func (p *Position) check(cmdIndex uint64) error {
+	switch {
+	case p.Term == 0:
+		return snapErr(ErrFormat, "raft position: term 0")
+	case p.Index < cmdIndex:
+		return snapErr(ErrFormat, "raft position: index %d is before the last applied command %d", p.Index, cmdIndex)
+	case p.ConfigurationIndex == 0 || p.ConfigurationIndex > p.Index:
+		return snapErr(ErrFormat, "raft position: configuration index %d is outside 1..=%d (the snapshot's index)", p.ConfigurationIndex, p.Index)
+	}
+	if err := ValidConfiguration(p.Servers); err != nil {
+		return snapErr(ErrFormat, "raft position: %v", err)
+	}
+	return nil
+}
+
+// ValidConfiguration checks a Raft configuration as hashicorp/raft's own
+// checkConfiguration does, and what the format can hold: 1..=65535
+// servers, each with a known suffrage, an ID and an address of 1..=65535
+// bytes, no ID or address twice, at least one voter.
+func ValidConfiguration(servers []Server) error {
+	if len(servers) == 0 || len(servers) > maxServerField {
+		return fmt.Errorf("%d servers; a configuration has 1..=%d", len(servers), maxServerField)
+	}
+	ids := make(map[string]bool, len(servers))
+	addrs := make(map[string]bool, len(servers))
+	voters := 0
+	for i, sv := range servers {
+		switch {
+		case sv.Suffrage > SuffrageStaging:
+			return fmt.Errorf("server %d: unknown suffrage %d", i, sv.Suffrage)
+		case sv.ID == "" || len(sv.ID) > maxServerField:
+			return fmt.Errorf("server %d: ID of %d bytes (1..=%d)", i, len(sv.ID), maxServerField)
+		case sv.Address == "" || len(sv.Address) > maxServerField:
+			return fmt.Errorf("server %d (%q): address of %d bytes (1..=%d)", i, sv.ID, len(sv.Address), maxServerField)
+		case ids[sv.ID]:
+			return fmt.Errorf("server %d: ID %q twice", i, sv.ID)
+		case addrs[sv.Address]:
+			return fmt.Errorf("server %d (%q): address %q twice", i, sv.ID, sv.Address)
+		}
+		ids[sv.ID], addrs[sv.Address] = true, true
+		if sv.Suffrage == SuffrageVoter {
+			voters++
+		}
+	}
+	if voters == 0 {
+		return errors.New("no voter")
+	}
+	return nil
+}
+
+// Mismatch names the first field in which q differs from p, TakenMs
+// aside, with p's and q's values; field is "" when they are the same
+// position.
+func (p *Position) Mismatch(q *Position) (field, mine, theirs string) {
+	num := func(name string, a, b uint64) bool {
+		if a != b {
+			field, mine, theirs = name, fmt.Sprint(a), fmt.Sprint(b)
+		}
+		return a != b
+	}
+	if num("Index", p.Index, q.Index) || num("Term", p.Term, q.Term) || num("ConfigurationIndex", p.ConfigurationIndex, q.ConfigurationIndex) {
+		return
+	}
+	if len(p.Servers) != len(q.Servers) {
+		return "Configuration", fmt.Sprintf("%d servers", len(p.Servers)), fmt.Sprintf("%d servers", len(q.Servers))
+	}
+	for i := range p.Servers {
+		if a, b := p.Servers[i], q.Servers[i]; a != b {
+			return fmt.Sprintf("Configuration server %d", i), a.String(), b.String()
+		}
+	}
+	return "", "", ""
+}
+
+// String is how messages show a server: suffrage, ID and address.
+func (sv Server) String() string {
+	names := [...]string{"Voter", "Nonvoter", "Staging"}
+	suff := fmt.Sprintf("suffrage(%d)", sv.Suffrage)
+	if int(sv.Suffrage) < len(names) {
+		suff = names[sv.Suffrage]
+	}
+	return fmt.Sprintf("%s %q at %q", suff, sv.ID, sv.Address)
 }
 
 // sortKey is one ticket's place in nameOrder: k holds the 8 bytes of its
@@ -239,37 +404,103 @@ func ReadSnapshot(r io.Reader) (*Snapshot, error) {
 	return s, nil
 }
 
-// readSnapshot is ReadSnapshot handing each verified ticket to add (with
-// the header's unverified count, for sizing) instead of collecting them:
-// Restore builds its items straight from the stream. The returned
-// Snapshot has no Tickets.
-func readSnapshot(r io.Reader, add func(t Ticket, count uint64)) (*Snapshot, error) {
-	sr := &snapReader{r: bufio.NewReaderSize(r, 1<<16), h: crc32.New(castagnoli)}
-	var hdr [8 + 2 + 8 + 8 + 8]byte
+// ReadSnapshotHeader decodes the head of a snapshot: everything before the
+// tickets (magic, version, Δ, command index and, from version 3, the Raft
+// position, each field as ReadSnapshot checks it) and returns it with the
+// version. The checksum at the end is not read: what it returns is
+// authentic only once ReadSnapshot or Restore accepted the whole snapshot.
+func ReadSnapshotHeader(r io.Reader) (*Snapshot, uint16, error) {
+	sr := &snapReader{r: bufio.NewReaderSize(r, 4096), h: crc32.New(castagnoli)}
+	s, version, _, err := sr.header()
+	return s, version, err
+}
+
+// header reads a snapshot's head and returns it, its version and the
+// (unverified) ticket count.
+func (sr *snapReader) header() (*Snapshot, uint16, uint64, error) {
+	var hdr [8 + 2 + 8 + 8]byte
 	if err := sr.full(hdr[:8]); err != nil {
-		return nil, err
+		return nil, 0, 0, err
 	}
 	if string(hdr[:8]) != SnapshotMagic {
-		return nil, snapErr(ErrFormat, "magic %q is not %q", hdr[:8], SnapshotMagic)
+		return nil, 0, 0, snapErr(ErrFormat, "magic %q is not %q", hdr[:8], SnapshotMagic)
 	}
 	if err := sr.full(hdr[8:10]); err != nil {
-		return nil, err
+		return nil, 0, 0, err
 	}
 	version := binary.BigEndian.Uint16(hdr[8:10])
 	if version < 1 || version > SnapshotVersion {
-		return nil, snapErr(ErrVersion, "version %d; this node reads versions 1..=%d", version, SnapshotVersion)
+		return nil, version, 0, snapErr(ErrVersion, "version %d; this node reads versions 1..=%d", version, SnapshotVersion)
 	}
 	if err := sr.full(hdr[10:]); err != nil {
-		return nil, err
+		return nil, version, 0, err
 	}
 	s := &Snapshot{
 		DeltaMs: binary.BigEndian.Uint64(hdr[10:18]),
 		Index:   binary.BigEndian.Uint64(hdr[18:26]),
 	}
 	if protocol.ValidateDelta(s.DeltaMs) != nil {
-		return nil, snapErr(ErrDeltaRange, "Δ %d ms is outside %d..=%d", s.DeltaMs, protocol.MinDeltaMs, protocol.MaxDeltaMs)
+		return nil, version, 0, snapErr(ErrDeltaRange, "Δ %d ms is outside %d..=%d", s.DeltaMs, protocol.MinDeltaMs, protocol.MaxDeltaMs)
 	}
-	count := binary.BigEndian.Uint64(hdr[26:34])
+	if version == 3 {
+		p, err := sr.position()
+		if err != nil {
+			return nil, version, 0, err
+		}
+		if err := p.check(s.Index); err != nil {
+			return nil, version, 0, err
+		}
+		s.Raft = p
+	}
+	var n [8]byte
+	if err := sr.full(n[:]); err != nil {
+		return nil, version, 0, err
+	}
+	return s, version, binary.BigEndian.Uint64(n[:]), nil
+}
+
+// position reads version 3's Raft position (unchecked).
+func (sr *snapReader) position() (*Position, error) {
+	var b [8 + 8 + 8 + 8 + 2]byte
+	if err := sr.full(b[:]); err != nil {
+		return nil, err
+	}
+	p := &Position{
+		Index:              binary.BigEndian.Uint64(b[0:8]),
+		Term:               binary.BigEndian.Uint64(b[8:16]),
+		TakenMs:            binary.BigEndian.Uint64(b[16:24]),
+		ConfigurationIndex: binary.BigEndian.Uint64(b[24:32]),
+	}
+	count := int(binary.BigEndian.Uint16(b[32:34]))
+	p.Servers = make([]Server, 0, min(count, 16)) // count is not trusted yet
+	for range count {
+		var sv Server
+		if err := sr.full(b[:1]); err != nil {
+			return nil, err
+		}
+		sv.Suffrage = b[0]
+		var err error
+		if sv.ID, err = sr.str16(); err != nil {
+			return nil, err
+		}
+		if sv.Address, err = sr.str16(); err != nil {
+			return nil, err
+		}
+		p.Servers = append(p.Servers, sv)
+	}
+	return p, nil
+}
+
+// readSnapshot is ReadSnapshot handing each verified ticket to add (with
+// the header's unverified count, for sizing) instead of collecting them:
+// Restore builds its items straight from the stream. The returned
+// Snapshot has no Tickets.
+func readSnapshot(r io.Reader, add func(t Ticket, count uint64)) (*Snapshot, error) {
+	sr := &snapReader{r: bufio.NewReaderSize(r, 1<<16), h: crc32.New(castagnoli)}
+	s, version, count, err := sr.header()
+	if err != nil {
+		return nil, err
+	}
 	var rec [8 + 1 + 8 + 8]byte
 	var prev Ticket
 	for i := uint64(0); i < count; i++ {
@@ -299,8 +530,8 @@ func readSnapshot(r io.Reader, add func(t Ticket, count uint64)) (*Snapshot, err
 		add(t, count)
 		prev = t
 	}
-	if version == 2 {
-		if err := sr.retired(s); err != nil {
+	if version >= 2 {
+		if err := sr.retired(s, version); err != nil {
 			return nil, err
 		}
 	}
@@ -346,14 +577,14 @@ func checkTicket(t *Ticket, prev string, s *Snapshot, i uint64) error {
 	return nil
 }
 
-// retired reads version 2's retired NodeIds into s.
-func (sr *snapReader) retired(s *Snapshot) error {
+// retired reads the retired NodeIds (versions 2 and 3) into s.
+func (sr *snapReader) retired(s *Snapshot, version uint16) error {
 	var n [8]byte
 	if err := sr.full(n[:]); err != nil {
 		return err
 	}
 	count := binary.BigEndian.Uint64(n[:])
-	if count == 0 {
+	if count == 0 && version == 2 {
 		return snapErr(ErrFormat, "version 2 with no retired NodeId (written as version 1)")
 	}
 	for i := uint64(0); i < count; i++ { // never allocates from count
@@ -405,6 +636,18 @@ func (s *snapReader) str(same string) (string, error) {
 	return string(b), nil
 }
 
+// str16 reads a u16-length-prefixed string (a Position's ID or address).
+func (s *snapReader) str16() (string, error) {
+	if err := s.full(s.buf[:2]); err != nil {
+		return "", err
+	}
+	b := make([]byte, binary.BigEndian.Uint16(s.buf[:2]))
+	if err := s.full(b); err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
 // RestoreError is a refused snapshot restore.
 type RestoreError struct{ Err error }
 
@@ -415,7 +658,13 @@ func (e *RestoreError) Unwrap() error { return e.Err }
 // all of it: format, checksum, Δ ∈ 2..=60000 and Δ equal to the configured
 // one. Expiries are taken verbatim. A refused restore leaves the state as
 // it was and stops the FSM (fail closed: the node must not go on).
-func (f *FSM) Restore(r io.Reader) error {
+func (f *FSM) Restore(r io.Reader) error { return f.RestoreChecked(r, nil) }
+
+// RestoreChecked is Restore with one more check: once the whole snapshot
+// is verified, and before any state changes, check (when not nil) sees
+// its header (Δ, command index, Raft position; no tickets) and may refuse
+// it, as a refused restore.
+func (f *FSM) RestoreChecked(r io.Reader, check func(*Snapshot) error) error {
 	// The heap is built as the tickets stream in (an item each, no copy
 	// of the whole state in between); the map once their number is known.
 	var heap []*item
@@ -427,6 +676,9 @@ func (f *FSM) Restore(r io.Reader) error {
 	})
 	if err == nil && s.DeltaMs != f.expect {
 		err = fmt.Errorf("%w: the snapshot's Δ is %d ms, this node is configured with %d ms", ErrDeltaMismatch, s.DeltaMs, f.expect)
+	}
+	if err == nil && check != nil {
+		err = check(s)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -453,4 +705,14 @@ func (f *FSM) Restore(r io.Reader) error {
 	f.delta, f.index, f.freed = s.DeltaMs, s.Index, s.Index
 	f.changed("")
 	return nil
+}
+
+// Stop stops the FSM for good with err, as a refused restore does: it
+// applies nothing more and refuses to snapshot. For what the FSM cannot
+// see itself (a snapshot installed from the leader whose metadata
+// contradicts it).
+func (f *FSM) Stop(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail(err)
 }
