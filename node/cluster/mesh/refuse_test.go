@@ -138,7 +138,8 @@ func TestHandshakeRefusals(t *testing.T) {
 	gossip.set("node-c", pubFor("impostor")) // node-c advertises another key
 	cfg := testConfig(t, "node-b", trust)
 	cfg.Advertised = gossip
-	cfg.HandshakeTimeout = 300 * time.Millisecond
+	cfg.HandshakeTimeout = time.Second // long enough for a real handshake on a loaded machine
+	cfg.FirstByteTimeout = 300 * time.Millisecond
 	b := start(t, cfg)
 
 	honestHello := AppendFrame(nil, EncodeHello((&rawDialer{id: "node-a", priv: keyFor("node-a")}).hello("x")))

@@ -107,16 +107,42 @@ func (s *Sealer) AppendRecords(dst, plain []byte) ([]byte, error) {
 	for len(plain) > 0 {
 		chunk := plain[:min(len(plain), MaxRecord)]
 		plain = plain[len(chunk):]
-		seq, err := next(&s.seq, &s.spent)
-		if err != nil {
+		var err error
+		if dst, err = s.appendRecord(dst, chunk); err != nil {
 			return dst, err
 		}
-		hdr := binary.BigEndian.AppendUint16(nil, uint16(len(chunk)+recordOverhead))
-		nonce := recordNonce(seq)
-		dst = append(dst, hdr...)
-		dst = s.aead.Seal(dst, nonce[:], chunk, hdr)
 	}
 	return dst, nil
+}
+
+// appendRecords2 is AppendRecords of head followed by plain (head at most
+// MaxRecord bytes), without copying plain beyond the first record.
+func (s *Sealer) appendRecords2(dst, scratch, head, plain []byte) ([]byte, []byte, error) {
+	if len(head) == 0 {
+		dst, err := s.AppendRecords(dst, plain)
+		return dst, scratch, err
+	}
+	n := min(len(plain), MaxRecord-len(head))
+	scratch = append(append(scratch[:0], head...), plain[:n]...)
+	dst, err := s.appendRecord(dst, scratch)
+	if err != nil {
+		return dst, scratch, err
+	}
+	dst, err = s.AppendRecords(dst, plain[n:])
+	return dst, scratch, err
+}
+
+// appendRecord seals one record of 1..=MaxRecord plaintext bytes.
+func (s *Sealer) appendRecord(dst, chunk []byte) ([]byte, error) {
+	seq, err := next(&s.seq, &s.spent)
+	if err != nil {
+		return dst, err
+	}
+	var hdr [2]byte
+	binary.BigEndian.PutUint16(hdr[:], uint16(len(chunk)+recordOverhead))
+	nonce := recordNonce(seq)
+	dst = append(dst, hdr[:]...)
+	return s.aead.Seal(dst, nonce[:], chunk, hdr[:]), nil
 }
 
 // ReadRecord reads and opens the next record from r and returns its
@@ -161,6 +187,11 @@ func (o *Opener) ReadRecord(r io.Reader) ([]byte, error) {
 // sealedConn carries a session's bytes as sealed records over conn.
 // Reads are single-goroutine (yamux's receive loop), writes are
 // serialized. The first failure on either side closes conn.
+//
+// yamux writes a data frame's 12-byte header and its body in two Writes,
+// one right after the other on its send loop; the header of a data frame
+// with a body is held back and sealed with the body, so a frame costs one
+// record and one write, not two.
 type sealedConn struct {
 	net.Conn
 	open    *Opener
@@ -170,10 +201,33 @@ type sealedConn struct {
 	pending []byte // opened plaintext not read yet
 	rerr    error
 
-	wmu  sync.Mutex
-	seal *Sealer
-	wbuf []byte
-	werr error
+	wmu     sync.Mutex
+	seal    *Sealer
+	held    []byte // a data frame's header waiting for its body (in heldBuf)
+	heldBuf [yamuxHeaderSize]byte
+	scratch []byte
+	wbuf    []byte
+	werr    error
+}
+
+// yamux's frame header (hashicorp/yamux const.go): version, type, flags
+// (2), stream id (4), length (4); type 0 is data, whose length is the
+// size of the body that follows.
+const (
+	yamuxHeaderSize = 12
+	yamuxTypeData   = 0
+)
+
+// maxKeptWriteBuffer bounds the sealed-write buffer a connection keeps
+// between writes: room for yamux's largest frame (its default 256 KiB
+// stream window) sealed. Allocating it afresh for every large write costs
+// more than the sealing (allocation, zeroing, GC).
+const maxKeptWriteBuffer = 320 << 10
+
+// dataHeaderWithBody reports whether p is exactly a yamux data frame's
+// header announcing a body.
+func dataHeaderWithBody(p []byte) bool {
+	return len(p) == yamuxHeaderSize && p[1] == yamuxTypeData && binary.BigEndian.Uint32(p[8:]) > 0
 }
 
 func newSealedConn(c net.Conn, out, in []byte, onBreak func(error)) (*sealedConn, error) {
@@ -219,13 +273,18 @@ func (c *sealedConn) Write(p []byte) (int, error) {
 	if c.werr != nil {
 		return 0, c.werr
 	}
+	if c.held == nil && dataHeaderWithBody(p) {
+		c.held = append(c.heldBuf[:0], p...)
+		return len(p), nil
+	}
 	var err error
-	c.wbuf, err = c.seal.AppendRecords(c.wbuf[:0], p)
+	c.wbuf, c.scratch, err = c.seal.appendRecords2(c.wbuf[:0], c.scratch, c.held, p)
+	c.held = nil
 	if err == nil {
 		_, err = c.Conn.Write(c.wbuf)
 	}
-	if cap(c.wbuf) > 4*(MaxRecord+2+recordOverhead) {
-		c.wbuf = nil // do not keep a large buffer after a large write
+	if cap(c.wbuf) > maxKeptWriteBuffer {
+		c.wbuf = nil // do not keep an unusually large buffer
 	}
 	if err != nil {
 		// A record may be half sent: the direction is unusable.
