@@ -57,10 +57,10 @@ func metricValue(t *testing.T, p *proc, series string) float64 {
 	return 0
 }
 
-// SPEC §3.1 (issue 24): a real ticketd, default Δ (500 ms: max_rtt_ms
-// 125) and burst (3), probing every 500 ms, against an agent that holds
-// every 4th answer 200 ms (past max_rtt_ms, within the 500 ms exchange
-// deadline). The burst tries each slow exchange again: the node stays
+// SPEC §3.1 (issue 24): a real ticketd with the default clock keys (Δ 500
+// ms: max_rtt_ms 125; burst 3; a probe round every second, 500 ms per
+// exchange, stale after 3 s) against an agent that holds every 4th answer
+// 200 ms (past max_rtt_ms, within the exchange deadline). The burst tries each slow exchange again: the node stays
 // healthy — no FAILED line, /readyz 200, grants served — for the whole
 // run, and /metrics counts the slow exchanges. Then the agent lies (a MAC
 // under another key): FAILED (mac) within one interval and timeout, no
@@ -84,7 +84,7 @@ func TestBlackBoxJitteryAgent(t *testing.T) {
 		return clockhealthtest.Reply{Before: before, Bytes: lineNow(a, req.Nonce, 0, 3, true, 100)}
 	})
 	dir := filepath.Join(t.TempDir(), "data")
-	p, ok := startProc(t, "--config", clockConfig(t, dir, a.Addr(), writeSecret(t, bbSecret), "  probe_interval_ms: 500\n  probe_timeout_ms: 500\n"))
+	p, ok := startProc(t, "--config", clockConfig(t, dir, a.Addr(), writeSecret(t, bbSecret), ""))
 	if !ok {
 		t.Fatalf("ticketd exited before listening: %v\n%s", <-p.done, p.logText())
 	}
@@ -131,7 +131,7 @@ func TestBlackBoxJitteryAgent(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a lying agent did not fail the node")
 	}
-	if took := ev.at.Sub(start); ev.reason != string(protocol.ReasonMAC) || took > time.Second+detectAllowance {
+	if took := ev.at.Sub(start); ev.reason != string(protocol.ReasonMAC) || took > 1500*time.Millisecond+detectAllowance {
 		t.Fatalf("FAILED (%s) %v after the agent began to lie; want mac within interval + timeout + %v", ev.reason, took, detectAllowance)
 	}
 	var ce *client.Error
