@@ -148,29 +148,55 @@ func writeItems(w io.Writer, dir, base string, r itemResults) error {
 	return nil
 }
 
-// boundHistogram is "N× B ms, …" of the running bounds sampled, with the
-// median.
+// boundHistogram is the median of the running bounds sampled and their
+// histogram (histogramText).
 func boundHistogram(t *tightnessResult) string {
-	n := map[float64]int{}
-	var all []float64
+	h := map[uint64]int{}
 	for _, x := range t.Samples {
 		for _, b := range x.BoundMs {
 			if b >= 0 {
-				n[b]++
-				all = append(all, b)
+				h[uint64(b)]++
 			}
 		}
 	}
-	if len(all) == 0 {
+	if len(h) == 0 {
 		return "none measured"
 	}
-	slices.Sort(all)
-	keys := slices.Sorted(maps.Keys(n))
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%g ms %.1f%%", k, 100*float64(n[k])/float64(len(all)))
+	return histogramText(h, true)
+}
+
+// histogramText is "median M ms of N: A ms x%, …" of whole-ms counts
+// (upper median), the buckets listed until 95 % of the counts are, the
+// rest summed up to the largest.
+func histogramText(h map[uint64]int, bold bool) string {
+	keys := slices.Sorted(maps.Keys(h))
+	total := 0
+	for _, k := range keys {
+		total += h[k]
 	}
-	return fmt.Sprintf("median **%g ms** of %d (%s)", all[len(all)/2], len(all), strings.Join(parts, ", "))
+	var parts []string
+	median, seen := uint64(0), 0
+	for _, k := range keys {
+		if seen <= total/2 && seen+h[k] > total/2 {
+			median = k
+		}
+		if 100*seen < 95*total {
+			parts = append(parts, fmt.Sprintf("%d ms %.1f%%", k, 100*float64(h[k])/float64(total)))
+		}
+		seen += h[k]
+	}
+	if len(parts) < len(keys) {
+		rest := 0
+		for _, k := range keys[len(parts):] {
+			rest += h[k]
+		}
+		parts = append(parts, fmt.Sprintf("%.1f%% above, up to %d ms", 100*float64(rest)/float64(total), keys[len(keys)-1]))
+	}
+	m := fmt.Sprintf("median %d ms", median)
+	if bold {
+		m = "median **" + fmt.Sprint(median) + " ms**"
+	}
+	return fmt.Sprintf("%s of %d (%s)", m, total, strings.Join(parts, ", "))
 }
 
 // writeTightTerms breaks each node's kept samples into SPEC §3.1's terms
@@ -188,28 +214,9 @@ func writeTightTerms(w io.Writer, t *tightnessResult) {
 	fmt.Fprintf(w, "| node | kept samples | rtt | u | \\|w1 − R\\| | + truncation | e (sum) | error bound (ceil once) | each term rounded up (before) |\n|---|---|---|---|---|---|---|---|---|\n")
 	for i, x := range t.Terms {
 		fmt.Fprintf(w, "| %d | %d | %s | %s | %s | 1 | %s | %s | %s |\n", i+1, x.Kept, q(x.RTTMs), q(x.UncMs), q(x.OffsetMs), q(x.EMs),
-			msHistogram(x.ErrorBound), msHistogram(x.PerTerm))
+			histogramText(x.ErrorBound, false), histogramText(x.PerTerm, false))
 	}
 	fmt.Fprintf(w, "\nRounded term by term, the running bound also added ceil(drift) — a whole ms as soon as a ns had passed since the sample — so it sat at least 1 ms above that last column between samples.\n")
-}
-
-// msHistogram is "median M ms: A ms ×n, …" of whole-ms counts.
-func msHistogram(h map[uint64]int) string {
-	keys := slices.Sorted(maps.Keys(h))
-	total := 0
-	for _, k := range keys {
-		total += h[k]
-	}
-	parts := make([]string, len(keys))
-	median, seen := uint64(0), 0
-	for j, k := range keys {
-		parts[j] = fmt.Sprintf("%d ms ×%d", k, h[k])
-		if seen <= total/2 && seen+h[k] > total/2 {
-			median = k
-		}
-		seen += h[k]
-	}
-	return fmt.Sprintf("median %d: %s", median, strings.Join(parts, ", "))
 }
 
 func num(x float64) string {

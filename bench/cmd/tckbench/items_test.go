@@ -420,7 +420,11 @@ func TestReadTerms(t *testing.T) {
 	if got.PerTerm[4] != 3 || len(got.PerTerm) != 1 {
 		t.Fatalf("per-term error bounds %v", got.PerTerm)
 	}
-	if h := msHistogram(map[uint64]int{3: 2, 4: 2, 5: 1}); h != "median 4: 3 ms ×2, 4 ms ×2, 5 ms ×1" {
+	if h := histogramText(map[uint64]int{3: 2, 4: 2, 5: 1}, false); h != "median 4 ms of 5 (3 ms 40.0%, 4 ms 40.0%, 5 ms 20.0%)" {
+		t.Fatalf("histogram %q", h)
+	}
+	long := map[uint64]int{4: 90, 5: 6, 9: 2, 80: 2}
+	if h := histogramText(long, true); h != "median **4 ms** of 100 (4 ms 90.0%, 5 ms 6.0%, 4.0% above, up to 80 ms)" {
 		t.Fatalf("histogram %q", h)
 	}
 	if got.RTTMs.P50 != 0.3 || got.RTTMs.Max != 0.4 || got.RTTMs.P10 != 0.2 || got.OffsetMs.P50 != 0.5 || got.EMs.Max != 3.3 || got.UncMs.P50 != 1 {
