@@ -497,7 +497,7 @@ func (m *Mesh) acceptLoop() {
 				return
 			}
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			m.log.Warn("mesh: accept failed", "err", err, "retry_in", backoff)
+			m.rl.Warn("accept", "mesh: accept failed", "err", err, "retry_in", backoff) // e.g. out of descriptors under a flood
 			t := time.NewTimer(backoff)
 			select {
 			case <-t.C:
