@@ -17,6 +17,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -138,6 +140,8 @@ func (cl *clusterNode) health(ctx context.Context) wire.ClusterHealth {
 		v.h.Gossip, v.h.Clock, v.h.Version = m.State.String(), m.Meta.ClockState.String(), m.Meta.Version
 		v.h.ClockBoundMs, v.h.Retired = uint64(m.Meta.ClockBoundMs), m.Meta.Retired
 	}
+
+	slices.SortFunc(views, func(a, b *serverView) int { return strings.Compare(a.h.ID, b.h.ID) })
 
 	// Each server's last log index, asked now (this node's own from its
 	// Raft), in parallel.
