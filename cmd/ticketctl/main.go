@@ -3,9 +3,12 @@
 //	ticketctl [--addr http://127.0.0.1:7980] grant NAME --holder H --lease 30
 //	          renew NAME --token N --lease 30 | release NAME --token N | get NAME
 //	          | list [--prefix P] | status | cluster      (--json on every command)
+//	          | cluster health [--wait D] [--voters N]
 //	          | wait NAME | watch NAME [--wait D]
 //	          | run NAME --holder H --lease 30 [--wait 60s] [--grace 5s] -- CMD ARGS…
 //
+// --addr (or TICKETCTL_ADDR) takes the nodes of a cluster as a list,
+// http://a:7980,http://b:7980: ticketctl moves past one that cannot serve.
 // renew and release need the holder too: --holder H, or TICKETCTL_HOLDER.
 // Flags may come before or after the command. Exit status: 0 ok, 1 the
 // server refused or could not be reached, 2 bad usage; run exits with
