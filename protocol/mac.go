@@ -47,7 +47,8 @@ func putMACInput(in *[MACInputSize]byte, r *Response) {
 // blocks (FIPS 198-1 §6 allows precomputing them; they are as secret as the
 // key), as crypto/hmac keeps them after its first Reset. A Key never
 // changes, so it is safe for concurrent use without locks or pools; each MAC
-// runs on a digest on the caller's stack. The key material is never exposed
+// runs on a digest on the caller's stack. Make one with NewKey (a zero Key
+// holds no states and panics when used). The key material is never exposed
 // or printed.
 type Key struct {
 	inner, outer []byte // marshaled SHA-256 states after K⊕ipad and K⊕opad
