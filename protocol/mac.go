@@ -124,11 +124,9 @@ func (k *Key) Verify(r *Response) error {
 // constantTimeEqual compares two MACs word by word with no early exit, so
 // the time taken does not depend on where they differ.
 func constantTimeEqual(a, b *[MACSize]byte) bool {
-	var diff uint64
-	for i := 0; i < MACSize; i += 8 {
-		diff |= binary.LittleEndian.Uint64(a[i:]) ^ binary.LittleEndian.Uint64(b[i:])
-	}
-	return diff == 0
+	le := binary.LittleEndian
+	return (le.Uint64(a[0:])^le.Uint64(b[0:]))|(le.Uint64(a[8:])^le.Uint64(b[8:]))|
+		(le.Uint64(a[16:])^le.Uint64(b[16:]))|(le.Uint64(a[24:])^le.Uint64(b[24:])) == 0
 }
 
 // Sign sets r.MAC = HMAC-SHA-256(key, MAC input). For many samples prefer a
