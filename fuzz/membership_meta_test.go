@@ -2,6 +2,7 @@ package fuzz
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -15,7 +16,8 @@ import (
 // The naive metadata decoder: encoding/binary.Read into a struct, regular
 // expressions for the strings, written from the layout documented on
 // membership.Encode without using its code. It reports the first rule an
-// input breaks, in the documented order, by field name ("" when accepted).
+// input breaks, in the documented order, by field name ("" when accepted;
+// "unsigned" for the earlier release's version 1).
 
 type naiveMetaHeader struct {
 	Version   uint8
@@ -30,6 +32,7 @@ type naiveMetaHeader struct {
 	Bootstrap uint8
 	Expect    uint8
 	Priority  int32
+	Seq       uint64
 }
 
 var (
@@ -44,7 +47,10 @@ func naiveDecodeMeta(b []byte) (membership.Meta, string) {
 	if len(b) > 512 {
 		return m, "length"
 	}
-	if len(b) == 0 || b[0] != 1 {
+	if len(b) > 0 && b[0] == 1 {
+		return m, "unsigned"
+	}
+	if len(b) == 0 || b[0] != 2 {
 		return m, "version"
 	}
 	r := bytes.NewReader(b)
@@ -56,7 +62,7 @@ func naiveDecodeMeta(b []byte) (membership.Meta, string) {
 		return m, "flags"
 	}
 	var strs []string
-	for _, field := range []string{"mesh_addr", "failure_domain", "software_version"} {
+	for _, field := range []string{"node_id", "mesh_addr", "failure_domain", "software_version"} {
 		n, err := r.ReadByte()
 		if err != nil {
 			return m, field
@@ -67,10 +73,19 @@ func naiveDecodeMeta(b []byte) (membership.Meta, string) {
 		}
 		strs = append(strs, string(s))
 	}
-	if r.Len() != 0 {
+	switch {
+	case r.Len() < 64:
+		return m, "signature"
+	case r.Len() > 64:
 		return m, "length"
 	}
 	switch {
+	case strs[0] == "":
+		return m, "node_id"
+	case len(strs[0]) > 80 || !naiveMetaText.MatchString(strs[0]):
+		return m, "node_id"
+	case h.Seq == 0:
+		return m, "seq"
 	case h.Key == [32]byte{}:
 		return m, "public_key"
 	case h.DeltaMs < 2 || h.DeltaMs > 60000:
@@ -87,25 +102,33 @@ func naiveDecodeMeta(b []byte) (membership.Meta, string) {
 		return m, "bootstrap_state"
 	case h.Expect > 32:
 		return m, "bootstrap_expect"
-	case !naiveMeshAddr(strs[0]):
+	case !naiveMeshAddr(strs[1]):
 		return m, "mesh_addr"
-	case len(strs[1]) > 64 || !naiveMetaText.MatchString(strs[1]):
-		return m, "failure_domain"
 	case len(strs[2]) > 64 || !naiveMetaText.MatchString(strs[2]):
+		return m, "failure_domain"
+	case len(strs[3]) > 64 || !naiveMetaText.MatchString(strs[3]):
 		return m, "software_version"
 	}
 	m = membership.Meta{
-		MeshAddr: strs[0], PublicKey: h.Key, DeltaMs: h.DeltaMs, ProtocolVersion: h.Protocol,
+		NodeID: strs[0], Seq: h.Seq,
+		MeshAddr: strs[1], PublicKey: h.Key, DeltaMs: h.DeltaMs, ProtocolVersion: h.Protocol,
 		ClockState: membership.ClockState(h.Clock), ClockBoundMs: h.BoundMs, ClockSampleUnixMs: h.SampleMs,
 		RaftEligible: h.Flags&1 != 0, Retired: h.Flags&2 != 0, DataDirOK: h.Flags&4 != 0, Leaving: h.Flags&8 != 0,
-		RaftPriority: h.Priority, FailureDomain: strs[1], Role: membership.Role(h.Role),
-		Bootstrap: membership.BootstrapState(h.Bootstrap), BootstrapExpect: h.Expect, Version: strs[2],
+		RaftPriority: h.Priority, FailureDomain: strs[2], Role: membership.Role(h.Role),
+		Bootstrap: membership.BootstrapState(h.Bootstrap), BootstrapExpect: h.Expect, Version: strs[3],
 	}
 	return m, ""
 }
 
+// naiveVerify is the signature rule as documented: ed25519 over the
+// context string and every byte before the signature.
+func naiveVerify(pub ed25519.PublicKey, b []byte) bool {
+	body, sig := b[:len(b)-64], b[len(b)-64:]
+	return ed25519.Verify(pub, append([]byte("TCKCLK gossip meta v2\x00"), body...), sig)
+}
+
 func naiveMeshAddr(s string) bool {
-	if len(s) > 255 || !naiveMetaText.MatchString(s) {
+	if len(s) > 96 || !naiveMetaText.MatchString(s) {
 		return false
 	}
 	sub := naiveHostPortBr.FindStringSubmatch(s)
@@ -119,22 +142,25 @@ func naiveMeshAddr(s string) bool {
 	return p <= 65535
 }
 
+// fuzzMetaKey signs the seeds and every re-encoding.
+var fuzzMetaKey = ed25519.NewKeyFromSeed(bytes.Repeat([]byte{0x5a}, ed25519.SeedSize))
+
 func metaSeeds() [][]byte {
 	base := membership.Meta{
+		NodeID: "node-1", Seq: 1_767_225_600_000_000_000,
 		MeshAddr: "10.0.0.1:7950", DeltaMs: 500, ProtocolVersion: 2, ClockState: membership.ClockHealthy,
 		ClockBoundMs: 9, ClockSampleUnixMs: 1_767_225_600_000, RaftEligible: true, RaftPriority: 1,
 		FailureDomain: "rack-1", Role: membership.RoleVoter, Bootstrap: membership.BootstrapWaiting,
 		BootstrapExpect: 3, DataDirOK: true, Version: "0.1.0",
 	}
-	for i := range base.PublicKey {
-		base.PublicKey[i] = byte(0xa0 + i)
-	}
+	copy(base.PublicKey[:], fuzzMetaKey.Public().(ed25519.PublicKey))
 	client := base
 	client.MeshAddr, client.Role, client.RaftEligible, client.FailureDomain, client.Version = "[::1]:65535", membership.RoleClient, false, "", ""
 	client.Bootstrap, client.BootstrapExpect, client.ClockState, client.Leaving, client.Retired = membership.BootstrapHasState, 0, membership.ClockFailed, true, true
+	client.NodeID, client.Seq = "n~2", 1
 	var out [][]byte
 	for _, m := range []membership.Meta{base, client} {
-		b, err := membership.Encode(m)
+		b, err := membership.Encode(m, fuzzMetaKey)
 		if err != nil {
 			panic(err)
 		}
@@ -143,9 +169,12 @@ func metaSeeds() [][]byte {
 	return out
 }
 
-// FuzzMembershipMeta: Decode never panics; it agrees with the naive
-// decoder on acceptance, the refused field and every decoded field; an
-// accepted input re-encodes byte-identically and within 512 bytes.
+// FuzzMembershipMeta: DecodeUnverified never panics; it agrees with the
+// naive decoder on acceptance, the refused field and every decoded field;
+// Decode accepts exactly what verifies under the advertised key (the
+// naive rule); an accepted input re-signed under another key keeps every
+// byte but the key and the signature, decodes to the same fields and
+// stays within MaxEncodedLen.
 func FuzzMembershipMeta(f *testing.F) {
 	for _, s := range metaSeeds() {
 		f.Add(s)
@@ -154,9 +183,15 @@ func FuzzMembershipMeta(f *testing.F) {
 	f.Add([]byte{1})
 	f.Add([]byte{2, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		got, err := membership.Decode(data)
+		got, err := membership.DecodeUnverified(data)
 		want, wantField := naiveDecodeMeta(data)
 		if err != nil {
+			if errors.Is(err, membership.ErrUnsigned) {
+				if wantField != "unsigned" {
+					t.Fatalf("Decode says unsigned, naive decoder says %q, for %q", wantField, data)
+				}
+				return
+			}
 			var me *membership.MetaError
 			if !errors.As(err, &me) || !errors.Is(err, membership.ErrMalformedMeta) {
 				t.Fatalf("refusal %v is not a *MetaError", err)
@@ -172,12 +207,23 @@ func FuzzMembershipMeta(f *testing.F) {
 		if got != want {
 			t.Fatalf("Decode and the naive decoder differ:\n%+v\n%+v", got, want)
 		}
-		enc, err := membership.Encode(got)
+		pub := got.Key()
+		verified, err := membership.Decode(data, pub)
+		if ok := naiveVerify(pub, data); ok != (err == nil) || ok && verified != got {
+			t.Fatalf("Decode under the advertised key: %v; naive signature check: %v", err, ok)
+		}
+		resigned := got
+		copy(resigned.PublicKey[:], fuzzMetaKey.Public().(ed25519.PublicKey))
+		enc, err := membership.Encode(resigned, fuzzMetaKey)
 		if err != nil {
 			t.Fatalf("accepted meta does not re-encode: %v", err)
 		}
-		if !bytes.Equal(enc, data) || len(enc) > membership.MaxMetaSize {
+		n := len(data) - 64
+		if len(enc) != len(data) || !bytes.Equal(enc[:2], data[:2]) || !bytes.Equal(enc[34:n], data[34:n]) || len(enc) > membership.MaxEncodedLen {
 			t.Fatalf("round trip: %q became %q", data, enc)
+		}
+		if back, err := membership.Decode(enc, fuzzMetaKey.Public().(ed25519.PublicKey)); err != nil || back != resigned {
+			t.Fatalf("re-signed meta: %v, %+v", err, back)
 		}
 	})
 }

@@ -87,9 +87,9 @@ func (a *advertised) AdvertisedKey(id string) (ed25519.PublicKey, bool) {
 	return m.AdvertisedKey(id)
 }
 
-// errNoMeshAddr: gossip has no live mesh address for a server (Raft then
-// dials the address in its configuration).
-var errNoMeshAddr = errors.New("no live mesh address in gossip")
+// errNoMeshAddr: gossip has no mesh address for a server (Raft then dials
+// the address in its configuration).
+var errNoMeshAddr = errors.New("no mesh address in gossip")
 
 // ServerAddr implements raft.ServerAddressProvider: Raft dials a peer at
 // the mesh address it advertises in gossip now, not the one its Raft
@@ -104,8 +104,11 @@ func (a *advertised) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
 	if m == nil {
 		return "", errNoMeshAddr
 	}
+	// Any state but left: a member gossip calls dead may be alive (the
+	// claim is unsigned, a gossip-key holder can forge it) and its signed
+	// mesh address is the newest one known.
 	for _, mb := range m.Members() {
-		if mb.ID == string(id) && mb.State == membership.StateAlive && mb.Meta.MeshAddr != "" {
+		if mb.ID == string(id) && mb.State != membership.StateLeft && mb.Meta.MeshAddr != "" {
 			return raft.ServerAddress(mb.Meta.MeshAddr), nil
 		}
 	}
@@ -264,6 +267,7 @@ func (cl *clusterNode) startMembership(h *clusterHooks) error {
 		mc.BindAddr = "127.0.0.1"
 	}
 	mc.Secret, mc.JoinAddrs, mc.Meta, mc.Trust = cl.secret, join, cl.meta, cl.trust
+	mc.Key = cl.key // signs this node's metadata (SPEC §5 "Identity")
 	mc.Logger, mc.Registerer = cl.n.log.With("component", "gossip"), cl.n.reg
 	if h != nil && h.membership != nil {
 		h.membership(&mc)

@@ -337,7 +337,7 @@ func TestClusterMalformedMetaIgnored(t *testing.T) {
 	mc.Name, mc.BindAddr, mc.BindPort = "bad", "127.0.0.1", 0
 	mc.SecretKey = []byte("0123456789abcdef") // gossipSecret, decoded
 	mc.ProbeInterval, mc.ProbeTimeout, mc.GossipInterval = 100*time.Millisecond, 80*time.Millisecond, 50*time.Millisecond
-	mc.Delegate = rawDelegate{meta: []byte{1, 0xff, 'g', 'a', 'r', 'b', 'a', 'g', 'e'}}
+	mc.Delegate = rawDelegate{meta: []byte{membership.MetaVersion, 0xff, 'g', 'a', 'r', 'b', 'a', 'g', 'e'}}
 	mc.LogOutput = gl
 	raw, err := memberlist.Create(mc)
 	if err != nil {

@@ -327,3 +327,18 @@ func TestValidID(t *testing.T) {
 		}
 	}
 }
+
+// SPEC §3.4: a later generation NAME~G speaks with NAME's key; "~" is never
+// part of a NodeId, so the split is unambiguous.
+func TestTrustName(t *testing.T) {
+	for id, want := range map[string]string{
+		"node-1": "node-1", "node-1~2": "node-1", "node-1~17": "node-1", "a.b~3": "a.b", "~2": "", "": "",
+	} {
+		if got := identity.TrustName(id); got != want {
+			t.Errorf("TrustName(%q) = %q, want %q", id, got, want)
+		}
+	}
+	if identity.ValidID("node-1"+identity.GenerationSep+"2") == nil {
+		t.Fatal("a NodeId may contain the generation separator")
+	}
+}

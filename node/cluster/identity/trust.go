@@ -34,6 +34,19 @@ func ValidID(id string) error {
 	return nil
 }
 
+// GenerationSep separates a NodeId's name from its generation: NAME~G
+// (SPEC §3.4). It is not a NodeId byte (ValidID), so the split is never
+// ambiguous.
+const GenerationSep = "~"
+
+// TrustName is the trust-map name whose key speaks for nodeID: NAME for
+// NAME~G (SPEC §3.4: the identity key, the trust-map name and the gossip
+// name stay NAME's), nodeID itself otherwise.
+func TrustName(nodeID string) string {
+	name, _, _ := strings.Cut(nodeID, GenerationSep)
+	return name
+}
+
 func idByte(c byte, first bool) bool {
 	if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
 		return true

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/tckclk/tckclk/node/cluster/identity"
 )
 
 // delegate implements memberlist's Delegate, EventDelegate, AliveDelegate,
@@ -26,25 +27,57 @@ func nodeAddr(n *memberlist.Node) string {
 	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
 }
 
-// vet is the trust check: the name is in the trust map, the metadata
-// decodes, and the advertised key equals the trusted one. It returns the
-// refusal reason, "" when the peer passes. This node's own name always
-// passes (memberlist refutes others' claims about it).
+// vet is the trust check of a claim about another member: its name is in
+// the trust map and its metadata is signed by that name's key (which it
+// advertises) for a NodeId of that name. It returns the verified metadata,
+// or the refusal reason. Nothing else puts metadata into this node's view;
+// whether it is newer than the view's is older's question.
 func (d *delegate) vet(n *memberlist.Node) (Meta, string) {
-	meta, err := Decode(n.Meta)
-	if n.Name == d.m.cfg.NodeName {
-		return meta, ""
-	}
 	key, ok := d.m.cfg.Trust.Lookup(n.Name)
+	if !ok {
+		return Meta{}, ReasonUntrustedName
+	}
+	meta, err := Decode(n.Meta, key)
 	switch {
-	case !ok:
-		return meta, ReasonUntrustedName
+	case errors.Is(err, ErrUnsigned):
+		return Meta{}, ReasonUnsigned
+	case errors.Is(err, ErrKeyMismatch):
+		return Meta{}, ReasonKeyMismatch
+	case errors.Is(err, ErrBadSignature):
+		return Meta{}, ReasonBadSignature
 	case err != nil:
-		return meta, ReasonMalformedMeta
-	case !keyEqual(key, meta.PublicKey):
-		return meta, ReasonKeyMismatch
+		return Meta{}, ReasonMalformedMeta
+	case identity.TrustName(meta.NodeID) != n.Name:
+		return Meta{}, ReasonNodeID
 	}
 	return meta, ""
+}
+
+// older reports whether meta is older than the metadata this node's view
+// holds for id: a lower sequence, or the same one with other contents.
+func (m *Membership) older(id string, meta Meta) bool {
+	prev, ok := m.member(id)
+	return ok && (meta.Seq < prev.Meta.Seq || meta.Seq == prev.Meta.Seq && meta != prev.Meta)
+}
+
+// vetSelf handles a claim about this node, which memberlist refutes
+// whatever it says: metadata this node's key signed with a higher
+// sequence than it advertises now (gossip about an earlier run) raises its
+// sequence; a forgery is counted and logged.
+func (d *delegate) vetSelf(n *memberlist.Node) {
+	key, ok := d.m.cfg.Trust.Lookup(n.Name)
+	if !ok {
+		return
+	}
+	meta, err := Decode(n.Meta, key)
+	switch {
+	case errors.Is(err, ErrUnsigned):
+		d.m.refuse(n.Name, nodeAddr(n), ReasonUnsigned)
+	case errors.Is(err, ErrBadSignature):
+		d.m.refuse(n.Name, nodeAddr(n), ReasonBadSignature)
+	case err == nil:
+		d.m.noteOwnSeq(meta.Seq)
+	}
 }
 
 var (
@@ -52,12 +85,24 @@ var (
 	errMergeRefused = errors.New("membership: merge refused: no live peer in it passes the trust check")
 )
 
-// NotifyAlive refuses an alive message about an untrusted peer.
+// NotifyAlive refuses an alive message that fails the trust check, before
+// memberlist looks at it; a verified newer metadata of a known member is
+// taken at once (advanceMeta). A verified older one passes: memberlist
+// drops it by its incarnation number (gossip relayed late), or applies it
+// because a gossip-key holder replayed it with a higher incarnation —
+// alive then counts the replay and keeps the newer metadata. Claims about
+// this node pass: memberlist refutes them.
 func (d *delegate) NotifyAlive(n *memberlist.Node) error {
-	if _, reason := d.vet(n); reason != "" {
+	if n.Name == d.m.cfg.NodeName {
+		d.vetSelf(n)
+		return nil
+	}
+	meta, reason := d.vet(n)
+	if reason != "" {
 		d.m.refuse(n.Name, nodeAddr(n), reason)
 		return errRefused
 	}
+	d.m.advanceMeta(n.Name, meta)
 	return nil
 }
 
@@ -101,10 +146,24 @@ func (d *delegate) NotifyJoin(n *memberlist.Node) { d.alive(n, EventJoin) }
 func (d *delegate) NotifyUpdate(n *memberlist.Node) { d.alive(n, EventUpdate) }
 
 func (d *delegate) alive(n *memberlist.Node, t EventType) {
-	meta, reason := d.vet(n)
-	if reason != "" { // cannot pass NotifyAlive and fail here unless the trust map changed in between
-		d.m.refuse(n.Name, nodeAddr(n), reason)
-		return
+	var meta Meta
+	if n.Name == d.m.cfg.NodeName {
+		// memberlist applies only this node's own NodeMeta to its entry
+		meta = d.m.localMeta()
+	} else {
+		var reason string
+		if meta, reason = d.vet(n); reason != "" { // the trust map changed since NotifyAlive
+			d.m.refuse(n.Name, nodeAddr(n), reason)
+			return
+		}
+		if d.m.older(n.Name, meta) {
+			// memberlist took an older metadata (a replay with a forged
+			// incarnation): its liveness claim stands, unsigned as ever;
+			// the view keeps the newer metadata.
+			d.m.refuse(n.Name, nodeAddr(n), ReasonReplay)
+			prev, _ := d.m.member(n.Name)
+			meta = prev.Meta
+		}
 	}
 	mem := Member{ID: n.Name, Addr: nodeAddr(n), Meta: meta, State: StateAlive}
 	d.m.setMember(mem)
@@ -118,9 +177,7 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	if !ok {
 		return // never accepted
 	}
-	if meta, err := Decode(n.Meta); err == nil {
-		mem.Meta = meta
-	}
+	// mem.Meta is the last verified metadata: n.Meta is at most that
 	t := EventFailed
 	mem.State = StateDead
 	if mem.Meta.Leaving {

@@ -71,13 +71,34 @@ func (t *trustMap) del(id string) {
 	delete(t.m, id)
 }
 
+// testKeys maps every public key newKey made to its private key.
+var testKeys sync.Map // string(pub) → ed25519.PrivateKey
+
 func newKey(t *testing.T) ed25519.PublicKey {
 	t.Helper()
-	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
+	testKeys.Store(string(pub), priv)
 	return pub
+}
+
+// privOf is the private key of a public key newKey made.
+func privOf(t *testing.T, pub ed25519.PublicKey) ed25519.PrivateKey {
+	t.Helper()
+	k, ok := testKeys.Load(string(pub))
+	if !ok {
+		t.Fatal("privOf: a key newKey did not make")
+	}
+	return k.(ed25519.PrivateKey)
+}
+
+// content is m without what Membership adds (NodeID, Seq): what a
+// node's Config.Meta returned.
+func content(m Meta) Meta {
+	m.NodeID, m.Seq = "", 0
+	return m
 }
 
 // logSink is an slog handler that writes to t.Log until the test ends and
@@ -201,7 +222,7 @@ func withJoin(addrs ...string) nodeOpt { return func(c *Config) { c.JoinAddrs = 
 func newTestNode(t *testing.T, name string, key ed25519.PublicKey, trust *trustMap, opts ...nodeOpt) *testNode {
 	t.Helper()
 	n := &testNode{name: name, key: key, trust: trust, reg: prometheus.NewRegistry(), logs: newLogSink(t, name)}
-	n.meta = sampleMeta()
+	n.meta = content(sampleMeta())
 	copy(n.meta.PublicKey[:], key)
 	n.meta.MeshAddr = "127.0.0.1:" + strconv.Itoa(7950+len(name))
 	cfg := DefaultConfig()
@@ -210,6 +231,7 @@ func newTestNode(t *testing.T, name string, key ed25519.PublicKey, trust *trustM
 	cfg.BindPort = 0
 	cfg.Secret = testSecret
 	cfg.Meta = n.currentMeta
+	cfg.Key = privOf(t, key)
 	cfg.Trust = trust
 	cfg.Logger = slog.New(n.logs)
 	cfg.Registerer = n.reg
@@ -291,7 +313,7 @@ func aliveWith(want ...*testNode) func([]Member) bool {
 		}
 		for _, w := range want {
 			m, ok := find(ms, w.name)
-			if !ok || m.State != StateAlive || m.Meta != w.currentMeta() {
+			if !ok || m.State != StateAlive || content(m.Meta) != w.currentMeta() {
 				return false
 			}
 		}

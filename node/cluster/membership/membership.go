@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tckclk/tckclk/node/cluster/identity"
 )
 
 // TrustSource is the trust map (node name → ed25519 public key). Lookup is
@@ -55,8 +56,13 @@ type Config struct {
 	Secret        []byte // gossip key: 16, 24 or 32 bytes (see LoadSecret)
 	JoinAddrs     []string
 	// Meta returns this node's current metadata. It is called by New,
-	// UpdateMeta and Leave, never on memberlist's goroutines.
-	Meta  func() Meta
+	// UpdateMeta and Leave, never on memberlist's goroutines. NodeID ""
+	// means NodeName; Seq is set by Membership.
+	Meta func() Meta
+	// Key is this node's ed25519 identity key: it signs every encoding of
+	// this node's metadata (SPEC §5 "Identity"). Its public key must be
+	// the one the trust map holds for NodeName and the one Meta advertises.
+	Key   ed25519.PrivateKey
 	Trust TrustSource
 	// Logger receives this package's and memberlist's log lines (nil: discarded).
 	Logger *slog.Logger
@@ -145,9 +151,13 @@ type Membership struct {
 	events *eventQueue
 
 	metaMu    sync.Mutex
-	meta      Meta   // last meta from cfg.Meta, with Leaving applied
-	metaBytes []byte // its encoding, what NodeMeta hands memberlist
+	meta      Meta   // last meta from cfg.Meta, with Leaving, NodeID and Seq applied
+	metaBytes []byte // its signed encoding, what NodeMeta hands memberlist
 	leaving   bool
+	// seqFloor is the highest Seq seen in metadata this node's own key
+	// signed (gossip about an earlier run of it): the next Seq goes above.
+	seqFloor atomic.Uint64
+	logLimit logLimiter // refusal log lines (an outsider can cause them)
 
 	mu       sync.Mutex // members and refusals; never held while calling memberlist
 	members  map[string]*Member
@@ -175,6 +185,8 @@ func New(cfg Config) (*Membership, error) {
 		return nil, errors.New("membership: Secret must be 16, 24 or 32 bytes (gossip is always encrypted)")
 	case cfg.Meta == nil:
 		return nil, errors.New("membership: Meta is nil")
+	case len(cfg.Key) != ed25519.PrivateKeySize:
+		return nil, errors.New("membership: Key is not an ed25519 private key (it signs this node's metadata)")
 	case cfg.Trust == nil:
 		return nil, errors.New("membership: Trust is nil")
 	case cfg.BindPort < 0 || cfg.BindPort > 65535:
@@ -209,6 +221,7 @@ func New(cfg Config) (*Membership, error) {
 		cfg.Timing.DeadNodeReclaimTime = DefaultDeadNodeReclaimTime
 	}
 	cfg.Secret = append([]byte(nil), cfg.Secret...)
+	cfg.Key = append(ed25519.PrivateKey(nil), cfg.Key...)
 	cfg.JoinAddrs = append([]string(nil), cfg.JoinAddrs...)
 	met, err := newMetrics(cfg.Registerer)
 	if err != nil {
@@ -229,22 +242,64 @@ func New(cfg Config) (*Membership, error) {
 	return m, nil
 }
 
-// refreshMeta reads cfg.Meta, applies Leaving, checks it against the trust
-// map's entry for this node and stores its encoding for NodeMeta.
+// refreshMeta reads cfg.Meta, applies Leaving and signs it for NodeMeta.
 func (m *Membership) refreshMeta() error {
 	meta := m.cfg.Meta()
 	m.metaMu.Lock()
 	defer m.metaMu.Unlock()
 	meta.Leaving = meta.Leaving || m.leaving
-	b, err := Encode(meta)
+	return m.signLocked(meta)
+}
+
+// signLocked checks meta against the trust map's entry for this node,
+// gives it this node's NodeId (when unset) and the next sequence number,
+// signs it and stores it for NodeMeta. Metadata equal to the current one
+// keeps its encoding, unless gossip showed a higher sequence of this
+// node's since. On any error the previous metadata stays. metaMu is held.
+func (m *Membership) signLocked(meta Meta) error {
+	if meta.NodeID == "" {
+		meta.NodeID = m.cfg.NodeName
+	}
+	if key, ok := m.cfg.Trust.Lookup(m.cfg.NodeName); !ok || !keyEqual(key, meta.PublicKey) ||
+		identity.TrustName(meta.NodeID) != m.cfg.NodeName {
+		return ErrSelfTrust
+	}
+	floor := m.seqFloor.Load()
+	meta.Seq = m.meta.Seq
+	if m.metaBytes != nil && meta == m.meta && meta.Seq > floor {
+		return nil
+	}
+	meta.Seq = nextSeq(max(m.meta.Seq, floor), m.clock.Now())
+	b, err := Encode(meta, m.cfg.Key)
 	if err != nil {
 		return err
 	}
-	if key, ok := m.cfg.Trust.Lookup(m.cfg.NodeName); !ok || !keyEqual(key, meta.PublicKey) {
-		return ErrSelfTrust
-	}
 	m.meta, m.metaBytes = meta, b
 	return nil
+}
+
+// nextSeq is the sequence number after last: the wall clock in ns when
+// that is higher (so a restarted node's first metadata is newer than any
+// of its previous run's, on a clock that did not go back across the
+// restart), else last+1.
+func nextSeq(last uint64, now time.Time) uint64 {
+	seq := last + 1
+	if ns := now.UnixNano(); ns > 0 && uint64(ns) > seq {
+		seq = uint64(ns)
+	}
+	return seq
+}
+
+// noteOwnSeq raises seqFloor to seq: gossip carried metadata this node's
+// key signed with that sequence (an earlier run's, on a clock that was
+// ahead). The next UpdateMeta signs above it, so peers accept it again.
+func (m *Membership) noteOwnSeq(seq uint64) {
+	for {
+		cur := m.seqFloor.Load()
+		if seq <= cur || m.seqFloor.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
 }
 
 func keyEqual(k ed25519.PublicKey, adv [ed25519.PublicKeySize]byte) bool {
@@ -345,6 +400,11 @@ func (m *Membership) joinLoop(ctx context.Context) {
 			return
 		}
 		if !m.alone() {
+			if !aloneSince.IsZero() { // the view came back without a join (the peers' gossip reached this node)
+				took := m.clock.Now().Sub(aloneSince)
+				m.met.convergence.Observe(took.Seconds())
+				m.log.Info("gossip: no longer alone", "took", took)
+			}
 			aloneSince, backoff, wait = time.Time{}, m.cfg.JoinBackoffMin, m.cfg.RejoinInterval
 			continue
 		}
@@ -437,8 +497,8 @@ func (m *Membership) Leave(timeout time.Duration) error {
 	m.leaving = true
 	meta := m.meta // the last accepted meta: Leave must not fail on a bad new one
 	meta.Leaving = true
-	if b, err := Encode(meta); err == nil {
-		m.meta, m.metaBytes = meta, b
+	if err := m.signLocked(meta); err != nil {
+		m.log.Warn("gossip: leaving flag not signed", "err", err)
 	}
 	m.metaMu.Unlock()
 	if err := ml.UpdateNode(timeout); err != nil {
@@ -522,15 +582,18 @@ func (m *Membership) trusted(id string, meta Meta) bool {
 	return ok && keyEqual(key, meta.PublicKey)
 }
 
-// AdvertisedKey is the public key member id advertises in gossip, for the
-// mesh handshake's second check; false unless id is alive in this node's
-// view and still trusted.
+// AdvertisedKey is the public key member id advertises in its signed
+// metadata, for the mesh handshake's second check; false unless id is in
+// this node's view, still trusted, and has not left (its own signed
+// Leaving flag). A member gossip calls dead still has its key: "dead" is
+// an unsigned claim a gossip-key holder can forge, and must not cut a
+// voter off the mesh (and so from Raft) by itself.
 func (m *Membership) AdvertisedKey(id string) (ed25519.PublicKey, bool) {
 	m.mu.Lock()
 	e, ok := m.members[id]
 	var meta Meta
 	if ok {
-		ok = e.State == StateAlive || e.State == StateSuspect
+		ok = e.State != StateLeft
 		meta = e.Meta
 	}
 	m.mu.Unlock()
@@ -585,9 +648,34 @@ func (m *Membership) member(id string) (Member, bool) {
 	return *e, true
 }
 
-// refuse counts a refusal and logs it once per (name, reason, address).
+// advanceMeta moves a known member's metadata forward to meta, a newer
+// one its own key signed, even when memberlist drops the message that
+// carried it (an incarnation number, which nothing signs, made it look
+// old): what a node signs reaches this view whatever a gossip-key holder
+// did to its incarnation. The member's state and address stay.
+func (m *Membership) advanceMeta(id string, meta Meta) {
+	m.mu.Lock()
+	e, ok := m.members[id]
+	if !ok || meta.Seq <= e.Meta.Seq {
+		m.mu.Unlock()
+		return
+	}
+	e.Meta = meta
+	mem := *e
+	m.mu.Unlock()
+	m.events.push(Event{Type: EventUpdate, Member: mem})
+}
+
+// refuse counts a refusal (gossip_refused_total, or gossip_meta_refused_total
+// for metadata that is not what the node's key signed) and logs it once
+// per (name, reason, address), at most logBurst lines at once and one
+// more per logEvery: a gossip-key holder can cause refusals at will.
 func (m *Membership) refuse(name, addr, reason string) {
-	m.met.refused.WithLabelValues(reason).Inc()
+	if isMetaReason(reason) {
+		m.met.metaRefused.WithLabelValues(reason).Inc()
+	} else {
+		m.met.refused.WithLabelValues(reason).Inc()
+	}
 	m.mu.Lock()
 	key := reason + " " + addr
 	seen := m.refusals[name] == key
@@ -598,7 +686,23 @@ func (m *Membership) refuse(name, addr, reason string) {
 		m.refusals[name] = key
 	}
 	m.mu.Unlock()
-	if !seen {
-		m.log.Warn("gossip: peer refused", "peer", strconv.Quote(name), "addr", addr, "reason", reason)
+	if seen {
+		return
 	}
+	ok, held := m.logLimit.allow(m.clock.Now())
+	if !ok {
+		return
+	}
+	attrs := []any{"peer", strconv.Quote(name), "addr", addr, "reason", reason}
+	if held > 0 {
+		attrs = append(attrs, "lines_held_back", held)
+	}
+	m.log.Warn("gossip: peer refused", attrs...)
+}
+
+// localMeta is this node's current signed metadata.
+func (m *Membership) localMeta() Meta {
+	m.metaMu.Lock()
+	defer m.metaMu.Unlock()
+	return m.meta
 }

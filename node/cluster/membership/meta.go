@@ -9,8 +9,12 @@ import (
 )
 
 // MetaVersion is the format version Encode writes and the only one Decode
-// accepts.
-const MetaVersion = 1
+// accepts: signed metadata (SPEC §5 "Identity").
+const MetaVersion = 2
+
+// unsignedVersion is the format of earlier releases, which carried no
+// signature: Decode refuses it with ErrUnsigned.
+const unsignedVersion = 1
 
 // MaxMetaSize is memberlist's limit on a node's metadata (memberlist.MetaMaxSize).
 const MaxMetaSize = 512
@@ -20,10 +24,15 @@ const (
 	MinDeltaMs          = 2     // SPEC §3.2
 	MaxDeltaMs          = 60000 // SPEC §3.2
 	MaxBootstrapExpect  = 32
-	MaxMeshAddrLen      = 255
+	MaxNodeIDLen        = 80 // a cluster.name (≤ 64) with a generation suffix "~G" to spare
+	MaxMeshAddrLen      = 96
 	MaxFailureDomainLen = 64
 	MaxVersionLen       = 64
 )
+
+// MaxEncodedLen is the longest encoding the bounds above allow (437 bytes),
+// well within MaxMetaSize.
+const MaxEncodedLen = fixedLen + 4 + MaxNodeIDLen + MaxMeshAddrLen + MaxFailureDomainLen + MaxVersionLen + ed25519.SignatureSize
 
 // ClockState is the node's clock health as it advertises it (SPEC §3.5).
 type ClockState uint8
@@ -99,10 +108,21 @@ func (b BootstrapState) String() string {
 
 // Meta is the metadata a node advertises in gossip. It is comparable (==).
 //
-// Gossip metadata is authenticated only by the shared gossip key: any
-// holder of that key can claim any value. The ed25519 proof of identity is
-// the mesh handshake's job; PublicKey here only lets peers cross-check it.
+// Every encoding is signed with the node's ed25519 identity key over all
+// of it: NodeID, Seq and every other field (SPEC §5 "Identity"). The
+// gossip key only lets a node into the conversation; what a Meta claims
+// (retired, clock FAILED, role, eligibility) is believed only when the key
+// the trust map holds for the node's name verifies it.
 type Meta struct {
+	// NodeID is the node's NodeId: its cluster.name, or NAME~G for a later
+	// generation of NAME (SPEC §3.4), whose key and gossip name stay
+	// NAME's (see identity.TrustName).
+	NodeID string
+	// Seq orders one node's metadata: each new encoding carries a higher
+	// Seq than the last (Membership seeds it from the wall clock in ns, so
+	// it grows across restarts too). Peers refuse a Seq older than the
+	// last they accepted from that node: a replayed capture changes nothing.
+	Seq               uint64
 	MeshAddr          string // host:port of the internode mesh
 	PublicKey         [ed25519.PublicKeySize]byte
 	DeltaMs           uint16 // Δ, MinDeltaMs..MaxDeltaMs
@@ -130,6 +150,13 @@ func (m *Meta) Key() ed25519.PublicKey {
 // ErrMalformedMeta is matched (errors.Is) by every *MetaError.
 var ErrMalformedMeta = errors.New("membership: malformed meta")
 
+// Refusals of well-formed metadata that is not what the trusted key signed.
+var (
+	ErrUnsigned     = errors.New("membership: meta is unsigned (the format of an earlier release)")
+	ErrKeyMismatch  = errors.New("membership: meta advertises another public key than the trusted one")
+	ErrBadSignature = errors.New("membership: meta signature does not verify under the trusted key")
+)
+
 // MetaError says which field of an encoding is wrong and why.
 type MetaError struct {
 	Field  string // "version", "length", "delta_ms", …
@@ -152,24 +179,39 @@ const (
 	flagsKnown    = flagEligible | flagRetired | flagDataDirOK | flagLeaving
 )
 
-// fixedLen is the size of the fixed part of a version-1 encoding:
+// fixedLen is the size of the fixed part of a version-2 encoding:
 // version, flags, key, Δ, protocol, clock state, bound, sample time,
-// role, bootstrap, expect, priority.
-const fixedLen = 1 + 1 + 32 + 2 + 1 + 1 + 4 + 8 + 1 + 1 + 1 + 4
+// role, bootstrap, expect, priority, sequence.
+const fixedLen = 1 + 1 + 32 + 2 + 1 + 1 + 4 + 8 + 1 + 1 + 1 + 4 + 8
 
-// Encode validates m and returns its version-1 encoding (at most
-// MaxMetaSize bytes). Layout, big-endian:
+// signContext separates these signatures from every other use of the
+// identity key (the mesh handshake signs its transcript).
+const signContext = "TCKCLK gossip meta v2\x00"
+
+// Encode validates m, checks that key is the one m advertises and returns
+// m's version-2 encoding signed with key (at most MaxEncodedLen bytes).
+// Layout, big-endian:
 //
 //	version u8 | flags u8 | public key [32] | Δ ms u16 | protocol u8 |
 //	clock state u8 | clock bound ms u32 | clock sample unix ms i64 |
 //	role u8 | bootstrap u8 | bootstrap_expect u8 | raft priority i32 |
-//	mesh addr (u8 len + bytes) | failure domain (u8 len + bytes) |
-//	version string (u8 len + bytes)
-func Encode(m Meta) ([]byte, error) {
+//	seq u64 | node id (u8 len + bytes) | mesh addr (u8 len + bytes) |
+//	failure domain (u8 len + bytes) | version string (u8 len + bytes) |
+//	signature [64]
+//
+// The signature is ed25519 over signContext followed by every byte before
+// the signature.
+func Encode(m Meta, key ed25519.PrivateKey) ([]byte, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
-	b := make([]byte, 0, fixedLen+3+len(m.MeshAddr)+len(m.FailureDomain)+len(m.Version))
+	if len(key) != ed25519.PrivateKeySize {
+		return nil, metaErr("signing_key", "not an ed25519 private key")
+	}
+	if !keyEqual(key.Public().(ed25519.PublicKey), m.PublicKey) {
+		return nil, metaErr("public_key", "not the signing key's public key")
+	}
+	b := make([]byte, 0, fixedLen+4+len(m.NodeID)+len(m.MeshAddr)+len(m.FailureDomain)+len(m.Version)+ed25519.SignatureSize)
 	var flags byte
 	if m.RaftEligible {
 		flags |= flagEligible
@@ -191,26 +233,55 @@ func Encode(m Meta) ([]byte, error) {
 	b = binary.BigEndian.AppendUint64(b, uint64(m.ClockSampleUnixMs))
 	b = append(b, byte(m.Role), byte(m.Bootstrap), m.BootstrapExpect)
 	b = binary.BigEndian.AppendUint32(b, uint32(m.RaftPriority))
-	for _, s := range []string{m.MeshAddr, m.FailureDomain, m.Version} {
+	b = binary.BigEndian.AppendUint64(b, m.Seq)
+	for _, s := range []string{m.NodeID, m.MeshAddr, m.FailureDomain, m.Version} {
 		b = append(b, byte(len(s)))
 		b = append(b, s...)
 	}
-	if len(b) > MaxMetaSize { // unreachable with the bounds above; kept as the contract
+	b = append(b, ed25519.Sign(key, signedBytes(b))...)
+	if len(b) > MaxMetaSize { // unreachable with the bounds above (MaxEncodedLen); kept as the contract
 		return nil, metaErr("length", "encoding exceeds "+strconv.Itoa(MaxMetaSize)+" bytes")
 	}
 	return b, nil
 }
 
-// Decode parses a version-1 encoding strictly: an unknown version, a short
-// or oversize input, trailing bytes, unknown flag bits, an out-of-range
-// enum or value, or a malformed string is a *MetaError. It never panics.
-func Decode(b []byte) (Meta, error) {
+func signedBytes(body []byte) []byte {
+	return append([]byte(signContext), body...)
+}
+
+// Decode parses b strictly and verifies it against key, the trust map's
+// key for the node's name: a malformed encoding is a *MetaError, the
+// earlier unsigned format ErrUnsigned, another advertised key
+// ErrKeyMismatch, a signature that does not verify ErrBadSignature. Only
+// what Decode returns without error may be acted on. It never panics.
+func Decode(b []byte, key ed25519.PublicKey) (Meta, error) {
+	m, err := DecodeUnverified(b)
+	switch {
+	case err != nil:
+		return Meta{}, err
+	case !keyEqual(key, m.PublicKey):
+		return Meta{}, ErrKeyMismatch
+	case !ed25519.Verify(key, signedBytes(b[:len(b)-ed25519.SignatureSize]), b[len(b)-ed25519.SignatureSize:]):
+		return Meta{}, ErrBadSignature
+	}
+	return m, nil
+}
+
+// DecodeUnverified parses a version-2 encoding strictly without checking
+// its signature (for the fuzz target and diagnostics; nothing may act on
+// its result): an unknown version, a short or oversize input, trailing
+// bytes, unknown flag bits, an out-of-range enum or value, or a malformed
+// string is a *MetaError; version 1 is ErrUnsigned. It never panics.
+func DecodeUnverified(b []byte) (Meta, error) {
 	var m Meta
 	if len(b) > MaxMetaSize {
 		return Meta{}, metaErr("length", "longer than "+strconv.Itoa(MaxMetaSize)+" bytes")
 	}
 	if len(b) == 0 {
 		return Meta{}, metaErr("version", "empty")
+	}
+	if b[0] == unsignedVersion {
+		return Meta{}, ErrUnsigned
 	}
 	if b[0] != MetaVersion {
 		return Meta{}, metaErr("version", "unknown format version "+strconv.Itoa(int(b[0])))
@@ -236,9 +307,10 @@ func Decode(b []byte) (Meta, error) {
 	m.Bootstrap = BootstrapState(b[51])
 	m.BootstrapExpect = b[52]
 	m.RaftPriority = int32(binary.BigEndian.Uint32(b[53:]))
+	m.Seq = binary.BigEndian.Uint64(b[57:])
 	rest := b[fixedLen:]
-	var strs [3]string
-	for i, field := range []string{"mesh_addr", "failure_domain", "software_version"} {
+	var strs [4]string
+	for i, field := range []string{"node_id", "mesh_addr", "failure_domain", "software_version"} {
 		if len(rest) < 1 {
 			return Meta{}, metaErr(field, "truncated")
 		}
@@ -249,10 +321,13 @@ func Decode(b []byte) (Meta, error) {
 		strs[i] = string(rest[1 : 1+n])
 		rest = rest[1+n:]
 	}
-	if len(rest) != 0 {
+	if len(rest) != ed25519.SignatureSize {
+		if len(rest) < ed25519.SignatureSize {
+			return Meta{}, metaErr("signature", "truncated")
+		}
 		return Meta{}, metaErr("length", "trailing bytes")
 	}
-	m.MeshAddr, m.FailureDomain, m.Version = strs[0], strs[1], strs[2]
+	m.NodeID, m.MeshAddr, m.FailureDomain, m.Version = strs[0], strs[1], strs[2], strs[3]
 	if err := m.Validate(); err != nil {
 		return Meta{}, err
 	}
@@ -262,6 +337,15 @@ func Decode(b []byte) (Meta, error) {
 // Validate checks every field against its bounds (what Encode and Decode
 // enforce).
 func (m *Meta) Validate() error {
+	if m.NodeID == "" {
+		return metaErr("node_id", "empty")
+	}
+	if err := checkText("node_id", m.NodeID, MaxNodeIDLen); err != nil {
+		return err
+	}
+	if m.Seq == 0 {
+		return metaErr("seq", "0 (unset)")
+	}
 	if m.PublicKey == ([ed25519.PublicKeySize]byte{}) {
 		return metaErr("public_key", "all zero (unset)")
 	}

@@ -2,6 +2,7 @@ package membership
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -17,10 +18,24 @@ const (
 
 var refusalReasons = []string{ReasonUntrustedName, ReasonMalformedMeta, ReasonKeyMismatch, ReasonForeignMerge}
 
+// Metadata refusals (SPEC §5 "Identity"): the gossip_meta_refused_total
+// reason label and the "reason" attribute of the refusal log line.
+const (
+	ReasonUnsigned     = "unsigned"      // the earlier release's unsigned format
+	ReasonBadSignature = "bad_signature" // does not verify under the trust map's key for the name
+	ReasonReplay       = "replay"        // older than the metadata last accepted from that node
+	ReasonNodeID       = "node_id"       // signed for a NodeId that is not this gossip name's
+)
+
+var metaRefusalReasons = []string{ReasonUnsigned, ReasonBadSignature, ReasonReplay, ReasonNodeID}
+
+func isMetaReason(r string) bool { return slices.Contains(metaRefusalReasons, r) }
+
 type metrics struct {
 	members     *prometheus.GaugeVec
 	convergence prometheus.Histogram
 	refused     *prometheus.CounterVec
+	metaRefused *prometheus.CounterVec
 	dropped     prometheus.Counter
 	joins       *prometheus.CounterVec
 }
@@ -37,12 +52,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		convergence: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "gossip_convergence_seconds",
 			Help: "Time from the moment this node found itself alone with join addresses configured (start-up or isolation) " +
-				"until a join merged a peer's view, back-off and retries included.",
+				"until a join merged a peer's view or the peers' gossip reached it again, back-off and retries included.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 16), // 5 ms … 164 s
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gossip_refused_total",
 			Help: "Gossip messages about a peer refused by the trust check, by reason.",
+		}, []string{"reason"}),
+		metaRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gossip_meta_refused_total",
+			Help: "Gossip metadata about a trusted peer refused because it is not what that peer's identity key signed, by reason " +
+				"(unsigned, bad_signature, replay, node_id). Anything above 0 outside an upgrade means someone holding the gossip key is forging or replaying claims.",
 		}, []string{"reason"}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gossip_events_dropped_total",
@@ -59,10 +79,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range refusalReasons {
 		m.refused.WithLabelValues(r)
 	}
+	for _, r := range metaRefusalReasons {
+		m.metaRefused.WithLabelValues(r)
+	}
 	m.joins.WithLabelValues("ok")
 	m.joins.WithLabelValues("error")
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.members, m.convergence, m.refused, m.dropped, m.joins} {
+		for _, c := range []prometheus.Collector{m.members, m.convergence, m.refused, m.metaRefused, m.dropped, m.joins} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("membership: registering metrics: %w", err)
 			}

@@ -63,9 +63,9 @@ func TestNewValidates(t *testing.T) {
 	trust.set("n", k)
 	good := func() Config {
 		c := DefaultConfig()
-		meta := sampleMeta()
+		meta := content(sampleMeta())
 		copy(meta.PublicKey[:], k)
-		c.NodeName, c.Secret, c.Trust, c.Meta = "n", testSecret, trust, func() Meta { return meta }
+		c.NodeName, c.Secret, c.Trust, c.Meta, c.Key = "n", testSecret, trust, func() Meta { return meta }, privOf(t, k)
 		return c
 	}
 	if m, err := New(good()); err != nil {
@@ -78,6 +78,8 @@ func TestNewValidates(t *testing.T) {
 		"secret 20":        func(c *Config) { c.Secret = testSecret[:20] },
 		"no secret":        func(c *Config) { c.Secret = nil },
 		"no meta":          func(c *Config) { c.Meta = nil },
+		"no key":           func(c *Config) { c.Key = nil },
+		"other key":        func(c *Config) { c.Key = privOf(t, newKey(t)) },
 		"no trust":         func(c *Config) { c.Trust = nil },
 		"port":             func(c *Config) { c.BindPort = 70000 },
 		"bind addr":        func(c *Config) { c.BindAddr = "localhost" },
@@ -88,7 +90,8 @@ func TestNewValidates(t *testing.T) {
 		"join addr":        func(c *Config) { c.JoinAddrs = []string{"no-port"} },
 		"bad meta":         func(c *Config) { c.Meta = func() Meta { return Meta{} } },
 		"self not trusted": func(c *Config) { c.NodeName = "other" },
-		"self key differs": func(c *Config) { c.Meta = func() Meta { return sampleMeta() } },
+		"self key differs": func(c *Config) { c.Meta = func() Meta { return content(sampleMeta()) } },
+		"other node id":    func(c *Config) { prev := c.Meta; c.Meta = func() Meta { m := prev(); m.NodeID = "other"; return m } },
 	} {
 		c := good()
 		mut(&c)

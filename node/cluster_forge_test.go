@@ -1,0 +1,85 @@
+package node
+
+import (
+	"crypto/ed25519"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/tckclk/tckclk/internal/gossipforge"
+	"github.com/tckclk/tckclk/node/cluster/membership"
+)
+
+// SPEC §5 "Identity", §3.4: a holder of the gossip key alone cannot retire
+// a voter. Forged encrypted alive messages about a follower (at its own
+// gossip address, with its public key, Retired and a FAILED clock, an
+// incarnation far above its own) — unsigned as the earlier release's
+// metadata, or signed by another key — reach the leader: both are counted
+// on /metrics, the leader's view keeps the follower's own metadata, the
+// replicated state does not record it retired, the reconciler's input
+// says healthy and not retired, and it is still a voter. The real-process
+// variant (reconcile rounds and a quorum check after a kill -9) is
+// cmd/ticketd's TestForgedGossipRetiresNobody.
+func TestForgedGossipClaimRetiresNobody(t *testing.T) {
+	tc, leader := formThree(t)
+	lc := tc.nodes[leader]
+	victim := tc.others(leader)[0]
+	vid := victim.n.cfg.Cluster.Name
+	secret := []byte("0123456789abcdef") // gossipSecret, decoded
+	pub := victim.n.cl.key.Public().(ed25519.PublicKey)
+	own, ok := memberMeta(lc.n, vid)
+	if !ok {
+		t.Fatalf("%s does not see %s", leader, vid)
+	}
+
+	claim := own
+	claim.Retired, claim.ClockState, claim.Seq = true, membership.ClockFailed, own.Seq+1
+	_, mallory, _ := ed25519.GenerateKey(nil)
+	copy(claim.PublicKey[:], mallory.Public().(ed25519.PublicKey))
+	misSigned, err := membership.Encode(claim, mallory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(misSigned[2:34], pub)
+	host, port, _ := net.SplitHostPort(victim.gossipAddr())
+	p, _ := strconv.Atoi(port)
+	send := func(meta []byte) {
+		pkt, err := gossipforge.AlivePacket(secret, gossipforge.Alive{
+			Incarnation: 1 << 30, Node: vid, Addr: net.ParseIP(host).To4(), Port: uint16(p), Meta: meta, Vsn: gossipforge.Vsn,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := gossipforge.Send(lc.gossipAddr(), pkt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counted := func() bool {
+		raw := do(t, lc.tn, "GET", "/metrics", "").raw
+		return !strings.Contains(raw, "\n"+`gossip_meta_refused_total{reason="unsigned"} 0`) &&
+			!strings.Contains(raw, "\n"+`gossip_meta_refused_total{reason="bad_signature"} 0`) &&
+			strings.Contains(raw, "\ngossip_meta_refused_total{")
+	}
+	waitFor(t, "the leader counts both forgeries", 10*time.Second, func() bool {
+		send(gossipforge.LegacyMeta(pub, own.DeltaMs, own.MeshAddr))
+		send(misSigned)
+		return counted()
+	})
+	// What the leader's retire watch and reconciler act on: its gossip
+	// view, the replicated retired list, the reconciler's inputs.
+	m, _ := memberMeta(lc.n, vid)
+	if m.Retired || m.ClockState != membership.ClockHealthy || m.Seq < own.Seq || lc.n.fsm.IsRetired(vid) {
+		t.Fatalf("after the forgery: %s's view of %s %+v, recorded retired %v", leader, vid, m, lc.n.fsm.IsRetired(vid))
+	}
+	for _, rm := range lc.n.cl.withRetired(lc.n.cl.reconcileMembers(lc.n.raft())) {
+		if rm.ID == vid && (rm.Retired || !rm.ClockHealthy || !rm.Eligible) {
+			t.Fatalf("the reconciler's input for %s after the forgery: %+v", vid, rm)
+		}
+	}
+	if s := suffrages(lc); s[vid] != raft.Voter {
+		t.Fatalf("%s is no longer a voter: %v", vid, s)
+	}
+}
