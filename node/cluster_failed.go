@@ -15,7 +15,9 @@ package node
 //     transferTimeout; then (leader or not) shuts Raft down.
 //
 // Any leader also records as retired every member whose gossip shows a
-// FAILED clock or the Retired flag (a follower that failed), and the
+// FAILED clock or the Retired flag (a follower that failed): metadata that
+// member's own identity key signed (membership admits nothing else, SPEC
+// §5 "Identity"), never another node's claim about it. The
 // reconciler treats every NodeId the replicated state holds retired as
 // retired: it is never added or promoted and is removed from the
 // configuration. A retired NodeId that comes back (a new data dir under an
@@ -222,8 +224,8 @@ func (cl *clusterNode) refuseRejoin(id string) {
 }
 
 // retireWatch runs while this node leads: on start and on every membership
-// change it records as retired each member whose gossip shows a FAILED
-// clock or the Retired flag.
+// change it records as retired each member whose signed gossip metadata
+// shows a FAILED clock or the Retired flag.
 func (cl *clusterNode) retireWatch(ctx context.Context) {
 	for {
 		for _, m := range cl.mem.Members() {
