@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,23 +19,6 @@ import (
 	"github.com/tckclk/tckclk/node/cluster/identity"
 	"github.com/tckclk/tckclk/node/cluster/membership"
 )
-
-// metricValue reads one sample from a node's /metrics ("" when absent).
-func metricValue(addr, sample string) (float64, bool) {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return 0, false
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), sample+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			return f, err == nil
-		}
-	}
-	return 0, false
-}
 
 // SPEC §5 "Identity", §3.4 (issue 23, critical 1): with only the gossip
 // key nobody can retire a voter. Three real ticketd processes; from the
@@ -152,8 +133,7 @@ func TestForgedGossipRetiresNobody(t *testing.T) {
 		return ""
 	}
 	refused := func(reason string) float64 {
-		v, _ := metricValue(pc.procs[leader].addr, `gossip_meta_refused_total{reason="`+reason+`"}`)
-		return v
+		return metricValue(t, pc.procs[leader], `gossip_meta_refused_total{reason="`+reason+`"}`)
 	}
 	// Send until the leader has counted both refusals (UDP), failing at
 	// once if the forgery took effect.

@@ -18,8 +18,9 @@
 //     (gossip_refused_total{reason}: untrusted_name, malformed_meta,
 //     key_mismatch, foreign_merge; gossip_meta_refused_total{reason}:
 //     unsigned, bad_signature, replay, node_id) and logged once per peer,
-//     address and reason, at most logBurst lines at once and one per
-//     logEvery after (a gossip-key holder can cause refusals at will).
+//     address and reason, at most refusalLogBurst lines per reason in each
+//     refusalLogInterval and then a summary with the count
+//     (internal/lograte: a gossip-key holder can cause refusals at will).
 //     Members and AdvertisedKey check the trust map again at read time.
 //   - Metadata is Encode/Decode's version-2 format, ≤ MaxEncodedLen (437)
 //     bytes against memberlist's 512, signed over every byte (NodeID and Seq

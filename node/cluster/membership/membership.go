@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tckclk/tckclk/internal/lograte"
 	"github.com/tckclk/tckclk/node/cluster/identity"
 )
 
@@ -156,8 +157,8 @@ type Membership struct {
 	leaving   bool
 	// seqFloor is the highest Seq seen in metadata this node's own key
 	// signed (gossip about an earlier run of it): the next Seq goes above.
-	seqFloor atomic.Uint64
-	logLimit logLimiter // refusal log lines (an outsider can cause them)
+	seqFloor  atomic.Uint64
+	refuseLog *lograte.Logger // refusal lines (a gossip-key holder can cause them), closed by Close
 
 	mu       sync.Mutex // members and refusals; never held while calling memberlist
 	members  map[string]*Member
@@ -236,6 +237,7 @@ func New(cfg Config) (*Membership, error) {
 		refusals: map[string]string{},
 	}
 	m.events = newEventQueue(cfg.EventBuffer, met.dropped.Inc)
+	m.refuseLog = lograte.New(m.log, lograte.Config{Interval: refusalLogInterval, Burst: refusalLogBurst, Now: cfg.Clock.Now})
 	if err := m.refreshMeta(); err != nil {
 		return nil, err
 	}
@@ -533,6 +535,7 @@ func (m *Membership) Close() error {
 		}
 		m.mlLog.close()
 	}
+	m.refuseLog.Close()
 	m.events.close()
 	return err
 }
@@ -666,10 +669,18 @@ func (m *Membership) advanceMeta(id string, meta Meta) {
 	m.events.push(Event{Type: EventUpdate, Member: mem})
 }
 
+// Refusal log lines: once per (name, reason, address), and at most
+// refusalLogBurst per reason in each refusalLogInterval, then one summary
+// with the count (internal/lograte).
+const (
+	refusalLogInterval = 10 * time.Second
+	refusalLogBurst    = 5
+)
+
 // refuse counts a refusal (gossip_refused_total, or gossip_meta_refused_total
 // for metadata that is not what the node's key signed) and logs it once
-// per (name, reason, address), at most logBurst lines at once and one
-// more per logEvery: a gossip-key holder can cause refusals at will.
+// per (name, reason, address) within the rate limit: a gossip-key holder
+// can cause refusals at will.
 func (m *Membership) refuse(name, addr, reason string) {
 	if isMetaReason(reason) {
 		m.met.metaRefused.WithLabelValues(reason).Inc()
@@ -686,18 +697,9 @@ func (m *Membership) refuse(name, addr, reason string) {
 		m.refusals[name] = key
 	}
 	m.mu.Unlock()
-	if seen {
-		return
+	if !seen {
+		m.refuseLog.Warn(reason, "gossip: peer refused", "peer", strconv.Quote(name), "addr", addr, "reason", reason)
 	}
-	ok, held := m.logLimit.allow(m.clock.Now())
-	if !ok {
-		return
-	}
-	attrs := []any{"peer", strconv.Quote(name), "addr", addr, "reason", reason}
-	if held > 0 {
-		attrs = append(attrs, "lines_held_back", held)
-	}
-	m.log.Warn("gossip: peer refused", attrs...)
 }
 
 // localMeta is this node's current signed metadata.

@@ -217,8 +217,8 @@ func TestOwnSequence(t *testing.T) {
 }
 
 // Refusal lines are rate limited: a flood of forged claims (a new address
-// each, so none is a repeat) writes logBurst lines and then one per
-// logEvery, and the next line says how many were held back.
+// each, so none is a repeat) writes refusalLogBurst lines per reason and
+// window, and when the window ends one line says how many were held back.
 func TestRefusalLogRateLimited(t *testing.T) {
 	trust := newTrust()
 	clk := newFakeClock()
@@ -249,14 +249,14 @@ func TestRefusalLogRateLimited(t *testing.T) {
 		}
 		return c
 	}
-	if got := lines(); got != logBurst {
-		t.Fatalf("%d refusal lines for %d refusals, want %d", got, flood, logBurst)
+	if got := lines(); got != refusalLogBurst {
+		t.Fatalf("%d refusal lines for %d refusals, want %d", got, flood, refusalLogBurst)
 	}
 	clk.mu.Lock()
-	clk.now = clk.now.Add(logEvery)
+	clk.now = clk.now.Add(refusalLogInterval)
 	clk.mu.Unlock()
 	nd := peer.node(unsigned)
 	nd.Port = 9
 	_ = d.NotifyAlive(nd)
-	n.logs.waitLog(t, time.Second, "peer refused", "lines_held_back="+strconv.Itoa(flood-logBurst))
+	n.logs.waitLog(t, time.Second, "peer refused", "rate-limited", "suppressed="+strconv.Itoa(flood-refusalLogBurst))
 }
