@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"net"
 	"strconv"
@@ -37,6 +38,9 @@ func (d *delegate) vet(n *memberlist.Node) (Meta, string) {
 	if !ok {
 		return Meta{}, ReasonUntrustedName
 	}
+	if meta, ok := d.m.verifiedBefore(n.Name, n.Meta, key); ok {
+		return meta, ""
+	}
 	meta, err := Decode(n.Meta, key)
 	switch {
 	case errors.Is(err, ErrUnsigned):
@@ -50,7 +54,36 @@ func (d *delegate) vet(n *memberlist.Node) (Meta, string) {
 	case identity.TrustName(meta.NodeID) != n.Name:
 		return Meta{}, ReasonNodeID
 	}
+	d.m.noteVerified(n.Name, n.Meta, meta)
 	return meta, ""
+}
+
+// verifiedMeta is the last metadata of a name that passed vet, with its
+// encoding: gossip repeats the same bytes (rebroadcasts, every push/pull,
+// NotifyAlive then NotifyUpdate), which need no second ed25519 check.
+type verifiedMeta struct {
+	raw  string
+	meta Meta
+}
+
+// verifiedBefore returns the metadata raw decoded to when it last passed
+// vet for name, if its key is still key.
+func (m *Membership) verifiedBefore(name string, raw []byte, key ed25519.PublicKey) (Meta, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.verified[name]
+	if !ok || v.raw != string(raw) || !keyEqual(key, v.meta.PublicKey) {
+		return Meta{}, false
+	}
+	return v.meta, true
+}
+
+// noteVerified records raw as name's last verified metadata (one entry
+// per trusted name).
+func (m *Membership) noteVerified(name string, raw []byte, meta Meta) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.verified[name] = verifiedMeta{raw: string(raw), meta: meta}
 }
 
 // older reports whether meta is older than the metadata this node's view
@@ -166,7 +199,11 @@ func (d *delegate) alive(n *memberlist.Node, t EventType) {
 		}
 	}
 	mem := Member{ID: n.Name, Addr: nodeAddr(n), Meta: meta, State: StateAlive}
+	prev, had := d.m.member(n.Name)
 	d.m.setMember(mem)
+	if t == EventUpdate && had && prev == mem {
+		return // advanceMeta already took this metadata and said so
+	}
 	d.m.events.push(Event{Type: t, Member: mem})
 }
 

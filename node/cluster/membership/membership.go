@@ -162,8 +162,9 @@ type Membership struct {
 
 	mu       sync.Mutex // members and refusals; never held while calling memberlist
 	members  map[string]*Member
-	refusals map[string]string // name → last logged "reason addr", to log each refusal once
-	lifeMu   sync.Mutex        // Start, Leave, Close
+	refusals map[string]string       // name → last logged "reason addr", to log each refusal once
+	verified map[string]verifiedMeta // trusted name → its last verified metadata (delegate.vet)
+	lifeMu   sync.Mutex              // Start, Leave, Close
 	ml       *memberlist.Memberlist
 	started  bool
 	closed   bool
@@ -235,6 +236,7 @@ func New(cfg Config) (*Membership, error) {
 		met:      met,
 		members:  map[string]*Member{},
 		refusals: map[string]string{},
+		verified: map[string]verifiedMeta{},
 	}
 	m.events = newEventQueue(cfg.EventBuffer, met.dropped.Inc)
 	m.refuseLog = lograte.New(m.log, lograte.Config{Interval: refusalLogInterval, Burst: refusalLogBurst, Now: cfg.Clock.Now})
