@@ -166,6 +166,19 @@ func (s *logSink) waitLog(t *testing.T, d time.Duration, parts ...string) string
 	}
 }
 
+// count is how many records logged so far contain part.
+func (s *logSink) count(part string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, l := range s.lines {
+		if strings.Contains(l, part) {
+			n++
+		}
+	}
+	return n
+}
+
 func containsAll(s string, parts []string) bool {
 	for _, p := range parts {
 		if !strings.Contains(s, p) {

@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"net"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -168,11 +167,8 @@ func TestDelegateVerifiesClaims(t *testing.T) {
 // a higher sequence of its own that gossip shows it (an earlier run on a
 // clock that was ahead), so peers accept its metadata again.
 func TestOwnSequence(t *testing.T) {
-	trust := newTrust()
-	clk := newFakeClock()
-	ka := newKey(t)
-	trust.set("node-a", ka)
-	n := newTestNode(t, "node-a", ka, trust, func(c *Config) { c.Clock = clk })
+	trust, clk := newTrust(), newFakeClock()
+	n := clockedNode(t, trust, clk)
 	first := n.m.localMeta()
 	if want := uint64(clk.Now().UnixNano()); first.Seq != want || first.NodeID != "node-a" {
 		t.Fatalf("first metadata: seq %d node id %q, want %d %q", first.Seq, first.NodeID, want, "node-a")
@@ -220,11 +216,8 @@ func TestOwnSequence(t *testing.T) {
 // each, so none is a repeat) writes refusalLogBurst lines per reason and
 // window, and when the window ends one line says how many were held back.
 func TestRefusalLogRateLimited(t *testing.T) {
-	trust := newTrust()
-	clk := newFakeClock()
-	ka := newKey(t)
-	trust.set("node-a", ka)
-	n := newTestNode(t, "node-a", ka, trust, func(c *Config) { c.Clock = clk })
+	trust, clk := newTrust(), newFakeClock()
+	n := clockedNode(t, trust, clk)
 	peer := newSignedPeer(t, trust, "node-b")
 	unsigned := peer.sign(t, 5, nil)
 	unsigned[0] = unsignedVersion
@@ -238,18 +231,7 @@ func TestRefusalLogRateLimited(t *testing.T) {
 	if got := counterValue(t, n.m.met.metaRefused.WithLabelValues(ReasonUnsigned)); got != flood {
 		t.Fatalf("counted %v of %d refusals", got, flood)
 	}
-	lines := func() int {
-		n.logs.mu.Lock()
-		defer n.logs.mu.Unlock()
-		c := 0
-		for _, l := range n.logs.lines {
-			if strings.Contains(l, "peer refused") {
-				c++
-			}
-		}
-		return c
-	}
-	if got := lines(); got != refusalLogBurst {
+	if got := n.logs.count("peer refused"); got != refusalLogBurst {
 		t.Fatalf("%d refusal lines for %d refusals, want %d", got, flood, refusalLogBurst)
 	}
 	clk.mu.Lock()
@@ -259,4 +241,12 @@ func TestRefusalLogRateLimited(t *testing.T) {
 	nd.Port = 9
 	_ = d.NotifyAlive(nd)
 	n.logs.waitLog(t, time.Second, "peer refused", "rate-limited", "suppressed="+strconv.Itoa(flood-refusalLogBurst))
+}
+
+// clockedNode is node-a, trusted, on the manual clock clk (not started).
+func clockedNode(t *testing.T, trust *trustMap, clk *fakeClock) *testNode {
+	t.Helper()
+	ka := newKey(t)
+	trust.set("node-a", ka)
+	return newTestNode(t, "node-a", ka, trust, func(c *Config) { c.Clock = clk })
 }
