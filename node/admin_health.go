@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/api/wire"
 	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/cluster/membership"
@@ -42,6 +43,12 @@ const healthMaxLag = reconcile.DefaultMaxLag
 // ClusterHealth is GET /v1/cluster/health (api.HealthReporter).
 func (n *Node) ClusterHealth(ctx context.Context) (wire.ClusterHealth, error) {
 	if n.cl != nil {
+		// The mesh, gossip and Raft transport are set before the
+		// consensus is stored: once it is, health may read them.
+		if n.cons.Load() == nil {
+			stage, _ := n.stage.get()
+			return wire.ClusterHealth{}, api.Unavailable(string(stage), "starting", "this node has not joined the cluster yet (stage %s)", stage)
+		}
 		return n.cl.health(ctx), nil
 	}
 	return n.singleHealth(), nil

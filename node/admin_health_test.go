@@ -1,6 +1,8 @@
 package node
 
 import (
+	"encoding/base64"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -100,4 +102,29 @@ func TestSingleNodeHealth(t *testing.T) {
 		!h.LeaderView || len(h.Servers) != 1 || !h.Servers[0].Healthy || h.Servers[0].Clock != "healthy" {
 		t.Fatalf("single node: %+v, %v", h, err)
 	}
+}
+
+// A cluster node asked for health before it joined (here: in clock_check,
+// its mesh, gossip and Raft not open) answers 503 with its stage, which
+// a client with several addresses moves past.
+func TestClusterHealthBeforeJoin(t *testing.T) {
+	tc := newTestCluster(t, "n1")
+	an := newAgentNode(t, t.TempDir(), []byte(clockSecret), func(c *Config) {
+		c.Cluster.Enabled = true
+		c.Cluster.Name = "n1"
+		c.Cluster.Membership.BindAddr = "127.0.0.1"
+		c.Cluster.Membership.SecretKey = SecretString(gossipSecret)
+		c.Cluster.Internode.IdentityKey = SecretString(base64.StdEncoding.EncodeToString(tc.keys["n1"].Seed()))
+		c.Cluster.Internode.TrustedPeerKeys = tc.trust
+		c.Cluster.Raft.BootstrapExpect = 1
+	})
+	tn, err := tryStart(t, an.cfg, an.deps, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e *client.Error
+	waitFor(t, "a 503 in clock_check", 10*time.Second, func() bool {
+		_, err = tn.c.ClusterHealth(bg)
+		return errors.As(err, &e) && e.StatusCode == 503 && e.Stage == "clock_check"
+	})
 }
