@@ -13,33 +13,50 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/net/netutil"
-
 	"github.com/tckclk/tckclk/internal/config"
 	"github.com/tckclk/tckclk/node/api"
+	"github.com/tckclk/tckclk/node/api/connlimit"
 )
 
-// apiServer is the running HTTP API.
+// apiServer is the running HTTP API: the main listener and, with
+// api.health_addr, the health listener.
 type apiServer struct {
-	srv  *http.Server
-	errc chan error // Serve's failure (never ErrServerClosed)
+	srvs []*http.Server
+	errc chan error // a Serve's failure (never ErrServerClosed)
 	wg   sync.WaitGroup
 }
 
-// startAPI listens (unless ln is given) and serves the API; probes see
-// every stage from here on.
-func (n *Node) startAPI(ln net.Listener) (*apiServer, error) {
-	tlsConf, err := apiTLS(&n.cfg.API.TLS)
+// The health listener's own limits (api.health_addr): probes and
+// Prometheus need a few connections, none of which authenticates.
+const (
+	healthMaxConns  = 64
+	healthPerSource = 16
+)
+
+// startAPI listens (unless ln, healthLn are given) and serves the API;
+// probes see every stage from here on.
+func (n *Node) startAPI(ln, healthLn net.Listener) (*apiServer, error) {
+	a := &n.cfg.API
+	tlsConf, err := apiTLS(&a.TLS)
 	if err != nil {
 		return nil, err
 	}
 	if ln == nil {
-		if ln, err = net.Listen("tcp", n.cfg.API.Addr); err != nil {
+		if ln, err = net.Listen("tcp", a.Addr); err != nil {
 			return nil, fmt.Errorf("node: api.addr: %w", err)
 		}
 	}
-	// The cap sits under TLS, so a handshake holds a slot too.
-	ln = netutil.LimitListener(ln, n.cfg.API.MaxConns)
+	if healthLn == nil && a.HealthAddr != "" {
+		if healthLn, err = net.Listen("tcp", a.HealthAddr); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("node: api.health_addr: %w", err)
+		}
+	}
+	connMetrics := connlimit.NewMetrics(n.reg)
+	// The limiter sits under TLS, so a handshake holds a slot too.
+	lim := connlimit.New(connlimit.Config{MaxConns: a.MaxConns, Reserved: a.ReservedConns,
+		PerSource: a.MaxConnsPerSource, UnauthIdle: a.UnauthIdleTimeout}, connMetrics, "api")
+	ln = lim.Listener(ln)
 	scheme := "http"
 	if tlsConf != nil {
 		ln, scheme = tls.NewListener(ln, tlsConf), "https"
@@ -54,33 +71,59 @@ func (n *Node) startAPI(ln net.Listener) (*apiServer, error) {
 	if until, cause := n.hold.until, n.hold.cause; !until.IsZero() {
 		n.log.Warn("refusing Grant and Expire until the hold-off instant", "until", until.UTC().Format(time.RFC3339Nano), "cause", cause)
 	}
-	s := &apiServer{errc: make(chan error, 1), srv: &http.Server{
-		Handler: api.NewHandler(api.Options{
-			Backend: n, Metrics: n.metrics, Gatherer: n.reg,
-			ClientToken: n.secrets.client, AdminToken: n.secrets.admin, Logger: n.log,
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
+	s := &apiServer{errc: make(chan error, 2)}
+	opts := api.Options{Backend: n, Metrics: n.metrics, Gatherer: n.reg,
+		ClientToken: n.secrets.client, AdminToken: n.secrets.admin, Logger: n.log}
+	s.serve(ln, n.httpServer(api.NewHandler(opts), lim, "http", a.IdleTimeout))
+	n.log.Info("API listening", "addr", ln.Addr().String(), "max_conns", a.MaxConns, "reserved_conns", a.ReservedConns,
+		"max_conns_per_source", a.MaxConnsPerSource, "read_header_timeout", a.ReadHeaderTimeout,
+		"idle_timeout", a.IdleTimeout, "unauthenticated_idle_timeout", a.UnauthIdleTimeout)
+	if healthLn != nil {
+		// Nobody authenticates here: every connection is in the
+		// unauthenticated share, idle ones close after the short timeout.
+		hlim := connlimit.New(connlimit.Config{MaxConns: healthMaxConns, PerSource: healthPerSource,
+			UnauthIdle: a.UnauthIdleTimeout}, connMetrics, "health")
+		opts.HealthOnly = true
+		s.serve(hlim.Listener(healthLn), n.httpServer(api.NewHandler(opts), hlim, "http-health", a.UnauthIdleTimeout))
+		n.log.Info("health listener serving /livez, /readyz and /metrics", "addr", healthLn.Addr().String())
+	}
+	return s, nil
+}
+
+// httpServer is one listener's server: the limiter's hooks and the
+// api timeouts. A blocking grant or watch lifts its own deadlines
+// (api.longer), so the timeouts do not cut long waits.
+func (n *Node) httpServer(h http.Handler, lim *connlimit.Limiter, component string, idle time.Duration) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ConnState:         lim.ConnState,
+		ConnContext:       lim.ConnContext,
+		ReadHeaderTimeout: n.cfg.API.ReadHeaderTimeout,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       idle,
 		MaxHeaderBytes:    16 << 10,
-		ErrorLog:          slog.NewLogLogger(n.log.With("component", "http").Handler(), slog.LevelWarn),
-	}}
+		ErrorLog:          slog.NewLogLogger(n.log.With("component", component).Handler(), slog.LevelWarn),
+	}
+}
+
+func (s *apiServer) serve(ln net.Listener, srv *http.Server) {
+	s.srvs = append(s.srvs, srv)
 	s.wg.Go(func() {
-		if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			s.errc <- err
 		}
 	})
-	n.log.Info("API listening", "addr", ln.Addr().String())
-	return s, nil
 }
 
 // stop lets in-flight requests finish (5 s at most), then closes.
 func (s *apiServer) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.srv.Shutdown(ctx); err != nil {
-		s.srv.Close()
+	for _, srv := range s.srvs {
+		if err := srv.Shutdown(ctx); err != nil {
+			srv.Close()
+		}
 	}
 	s.wg.Wait()
 }

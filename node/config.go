@@ -27,6 +27,13 @@ const (
 	DefaultMaxStandby = 4
 	// DefaultAPIMaxConns caps concurrent API connections.
 	DefaultAPIMaxConns = 1024
+	// The API's connection timeouts: a request header must arrive within
+	// DefaultAPIReadHeaderTimeout; an authenticated connection may idle
+	// DefaultAPIIdleTimeout between requests, one that never
+	// authenticated DefaultAPIUnauthIdleTimeout.
+	DefaultAPIReadHeaderTimeout = 5 * time.Second
+	DefaultAPIIdleTimeout       = 2 * time.Minute
+	DefaultAPIUnauthIdleTimeout = 5 * time.Second
 	// DefaultMaxWaiters and DefaultMaxWatchers cap blocking grants and
 	// blocking reads per node (each holds an API connection).
 	DefaultMaxWaiters  = 256
@@ -110,9 +117,27 @@ type APIConfig struct {
 	TokenFile      string       `yaml:"token_file"`       // client bearer token (optional)
 	AdminTokenFile string       `yaml:"admin_token_file"` // guards /v1/cluster/...; unset: admin API off
 	TLS            APITLSConfig `yaml:"tls"`
-	// MaxConns caps concurrent API connections (like the agent's); more
-	// wait in the listen backlog.
+	// HealthAddr, when set, is a second listener serving only /livez,
+	// /readyz and /metrics, without token, for probes and Prometheus; the
+	// main listener keeps serving them too.
+	HealthAddr string `yaml:"health_addr"`
+	// MaxConns caps concurrent API connections; a new one beyond it evicts
+	// an idle one or is closed at once (node/api/connlimit).
 	MaxConns int `yaml:"max_conns"`
+	// ReservedConns of MaxConns are for connections that have
+	// authenticated (a request with a valid client or admin token, or any
+	// authorized request when no token is set): unauthenticated ones hold
+	// at most MaxConns − ReservedConns. 0: a quarter of MaxConns.
+	ReservedConns int `yaml:"reserved_conns"`
+	// MaxConnsPerSource caps the unauthenticated connections of one
+	// remote address (IPv6: one /64). 0: a quarter of MaxConns.
+	MaxConnsPerSource int `yaml:"max_conns_per_source"`
+	// ReadHeaderTimeout bounds a TLS handshake and a request header.
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	// IdleTimeout closes an authenticated connection idle this long;
+	// UnauthIdleTimeout one that never authenticated.
+	IdleTimeout       time.Duration `yaml:"idle_timeout"`
+	UnauthIdleTimeout time.Duration `yaml:"unauthenticated_idle_timeout"`
 	// MaxWaiters caps blocking grants ("wait_ms") waiting on this node at
 	// once, forwarded ones included; one more is a 429 (SPEC §4.2).
 	MaxWaiters int `yaml:"max_waiters"`
@@ -176,8 +201,10 @@ func DefaultConfig() Config {
 			Liveness: DefaultLivenessConfig(),
 		},
 		Clock: clockhealth.DefaultConfig(),
-		API:   APIConfig{Addr: DefaultAPIAddr, MaxConns: DefaultAPIMaxConns, MaxWaiters: DefaultMaxWaiters, MaxWatchers: DefaultMaxWatchers},
-		Log:   LogConfig{Level: "info", Format: "text"},
+		API: APIConfig{Addr: DefaultAPIAddr, MaxConns: DefaultAPIMaxConns, ReadHeaderTimeout: DefaultAPIReadHeaderTimeout,
+			IdleTimeout: DefaultAPIIdleTimeout, UnauthIdleTimeout: DefaultAPIUnauthIdleTimeout,
+			MaxWaiters: DefaultMaxWaiters, MaxWatchers: DefaultMaxWatchers},
+		Log: LogConfig{Level: "info", Format: "text"},
 	}
 }
 
@@ -193,7 +220,20 @@ func ParseConfig(data []byte) (Config, error) {
 }
 
 // Normalize fills derived defaults (the clock limits that depend on Δ).
-func (c *Config) Normalize() { c.Clock.Normalize() }
+func (c *Config) Normalize() {
+	c.Clock.Normalize()
+	c.API.normalize()
+}
+
+// normalize fills the api keys whose default follows another key.
+func (a *APIConfig) normalize() {
+	if a.ReservedConns == 0 {
+		a.ReservedConns = a.MaxConns / 4
+	}
+	if a.MaxConnsPerSource == 0 {
+		a.MaxConnsPerSource = max(1, a.MaxConns/4)
+	}
+}
 
 // Validate checks every key; errors are *config.Error naming the key path.
 func (c *Config) Validate() error {
@@ -245,6 +285,9 @@ func (c *Config) Validate() error {
 	if c.API.MaxConns < 1 || c.API.MaxConns > 1_000_000 {
 		return config.Errorf("api.max_conns", "%d is outside 1..=1000000", c.API.MaxConns)
 	}
+	if err := c.API.validateConns(); err != nil {
+		return err
+	}
 	if c.API.MaxWaiters < 1 || c.API.MaxWaiters > 1_000_000 {
 		return config.Errorf("api.max_waiters", "%d is outside 1..=1000000", c.API.MaxWaiters)
 	}
@@ -253,6 +296,14 @@ func (c *Config) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.API.Addr); err != nil {
 		return config.Errorf("api.addr", "%q is not HOST:PORT", c.API.Addr)
+	}
+	if c.API.HealthAddr != "" {
+		if _, _, err := net.SplitHostPort(c.API.HealthAddr); err != nil {
+			return config.Errorf("api.health_addr", "%q is not HOST:PORT", c.API.HealthAddr)
+		}
+		if c.API.HealthAddr == c.API.Addr {
+			return config.Errorf("api.health_addr", "%q is api.addr too; give the health listener its own port, or leave it unset", c.API.HealthAddr)
+		}
 	}
 	t := c.API.TLS
 	switch {
@@ -319,6 +370,23 @@ func (c *Config) validateCluster() error {
 	}
 	if e := c.Cluster.Raft.BootstrapExpect; e > membership.MaxBootstrapExpect {
 		return config.Errorf("cluster.raft.bootstrap_expect", "%d is above %d", e, membership.MaxBootstrapExpect)
+	}
+	return nil
+}
+
+// validateConns checks the connection limits and timeouts of api.
+func (a *APIConfig) validateConns() error {
+	switch {
+	case a.ReservedConns < 0 || a.ReservedConns >= a.MaxConns:
+		return config.Errorf("api.reserved_conns", "%d is outside 0..=%d (below api.max_conns %d)", a.ReservedConns, a.MaxConns-1, a.MaxConns)
+	case a.MaxConnsPerSource < 1 || a.MaxConnsPerSource > a.MaxConns:
+		return config.Errorf("api.max_conns_per_source", "%d is outside 1..=%d (api.max_conns)", a.MaxConnsPerSource, a.MaxConns)
+	case a.ReadHeaderTimeout < 100*time.Millisecond || a.ReadHeaderTimeout > time.Minute:
+		return config.Errorf("api.read_header_timeout", "%v is outside 100ms..=1m", a.ReadHeaderTimeout)
+	case a.IdleTimeout < time.Second || a.IdleTimeout > time.Hour:
+		return config.Errorf("api.idle_timeout", "%v is outside 1s..=1h", a.IdleTimeout)
+	case a.UnauthIdleTimeout < 100*time.Millisecond || a.UnauthIdleTimeout > a.IdleTimeout:
+		return config.Errorf("api.unauthenticated_idle_timeout", "%v is outside 100ms..=%v (api.idle_timeout)", a.UnauthIdleTimeout, a.IdleTimeout)
 	}
 	return nil
 }

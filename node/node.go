@@ -48,8 +48,10 @@ type Deps struct {
 	// Env looks up the environment (the clock secret, SPEC §1.4); default
 	// os.LookupEnv.
 	Env secret.Lookup
-	// Listener serves the API instead of listening on cfg.API.Addr (tests).
-	Listener net.Listener
+	// Listener serves the API instead of listening on cfg.API.Addr, and
+	// HealthListener the health endpoints instead of cfg.API.HealthAddr
+	// (tests).
+	Listener, HealthListener net.Listener
 	// ExpiryInterval is how often the leader looks for expired tickets.
 	ExpiryInterval time.Duration // default 100 ms
 	// Registry receives the metrics; default: a new one with the Go and
@@ -196,7 +198,7 @@ func (n *Node) run(ctx context.Context, deps *Deps) (err error) {
 		deps.built(n)
 	}
 
-	srv, err := n.startAPI(deps.Listener)
+	srv, err := n.startAPI(deps.Listener, deps.HealthListener)
 	if err != nil {
 		return err
 	}

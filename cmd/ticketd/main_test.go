@@ -54,7 +54,8 @@ func TestPrintConfig(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	for _, want := range []string{"delta_ms: 1000", "data_dir: /var/lib/x", "addr: 127.0.0.1:9999", "snapshot_threshold: 77", "voter_last_contact: 15s", "standby_last_contact: 2m0s", "boot_grace: 30s", "max_health_score: 6", "secret_key: '[redacted]'", "identity_key: '[redacted]'", "max_rtt_ms: 250", "burst: 3"} {
+	for _, want := range []string{"delta_ms: 1000", "data_dir: /var/lib/x", "addr: 127.0.0.1:9999", "snapshot_threshold: 77", "voter_last_contact: 15s", "standby_last_contact: 2m0s", "boot_grace: 30s", "max_health_score: 6", "secret_key: '[redacted]'", "identity_key: '[redacted]'", "max_rtt_ms: 250", "burst: 3",
+		"reserved_conns: 256", "max_conns_per_source: 256", "read_header_timeout: 5s", "idle_timeout: 2m0s", "unauthenticated_idle_timeout: 5s", "health_addr: \"\""} {
 		if !strings.Contains(out, want) {
 			t.Errorf("print-config lacks %q:\n%s", want, out)
 		}
@@ -85,6 +86,13 @@ func TestConfigErrorsExit2(t *testing.T) {
 		{"limit above Δ/2", []string{"--clock.max_rtt_ms", "251"}, "clock.max_rtt_ms: 251 is outside 1..=Δ/2 (250 for delta_ms 500)"},
 		{"bad api addr", []string{"--http", "nonsense"}, "api.addr"},
 		{"tls paths without enabled", []string{"--api.tls.cert_file", "/x.pem"}, "api.tls.enabled"},
+		{"reserve not below max_conns", []string{"--api.max_conns", "100", "--api.reserved_conns", "100"}, "api.reserved_conns: 100 is outside 0..=99 (below api.max_conns 100)"},
+		{"per source above max_conns", []string{"--api.max_conns_per_source", "2000"}, "api.max_conns_per_source: 2000 is outside 1..=1024 (api.max_conns)"},
+		{"header timeout", []string{"--api.read_header_timeout", "2m"}, "api.read_header_timeout: 2m0s is outside 100ms..=1m"},
+		{"idle timeout", []string{"--api.idle_timeout", "10ms"}, "api.idle_timeout: 10ms is outside 1s..=1h"},
+		{"unauthenticated idle above idle", []string{"--api.unauthenticated_idle_timeout", "3m"}, "api.unauthenticated_idle_timeout: 3m0s is outside 100ms..=2m0s (api.idle_timeout)"},
+		{"health addr", []string{"--api.health_addr", "nonsense"}, "api.health_addr: \"nonsense\" is not HOST:PORT"},
+		{"health addr is api addr", []string{"--api.health_addr", "127.0.0.1:7980"}, "api.health_addr: \"127.0.0.1:7980\" is api.addr too"},
 		{"missing config file", []string{"--config", "/nonexistent/ticketd.yaml"}, "no such file"},
 		{"positional", []string{"serve"}, "unexpected argument"},
 		{"unknown flag", []string{"--nope"}, "flag provided but not defined"},

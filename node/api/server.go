@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/tckclk/tckclk/node/api/connlimit"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 
@@ -103,6 +104,9 @@ type Options struct {
 	ClientToken []byte
 	AdminToken  []byte
 	Logger      *slog.Logger
+	// HealthOnly serves /livez, /readyz and /metrics alone (the health
+	// listener, api.health_addr); everything else is a 404.
+	HealthOnly bool
 }
 
 // List limits.
@@ -112,6 +116,7 @@ const (
 )
 
 type server struct {
+	health  bool // HealthOnly
 	b       Backend
 	m       *Metrics
 	metrics http.Handler
@@ -122,7 +127,7 @@ type server struct {
 
 // NewHandler returns the API handler.
 func NewHandler(o Options) http.Handler {
-	s := &server{b: o.Backend, m: o.Metrics, log: o.Logger}
+	s := &server{b: o.Backend, m: o.Metrics, log: o.Logger, health: o.HealthOnly}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -222,6 +227,10 @@ var opNames = map[route]string{rGrant: "grant", rRenew: "renew", rRelease: "rele
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt, method, name := match(r.URL.EscapedPath())
+	if s.health && rt != rLivez && rt != rReadyz && rt != rMetrics {
+		s.fail(w, &Error{Kind: KindNotFound, Code: "not_found", Message: fmt.Sprintf("no endpoint %s on the health listener (api.health_addr): /livez, /readyz and /metrics only", r.URL.Path)})
+		return
+	}
 	if rt == rNone {
 		s.fail(w, &Error{Kind: KindNotFound, Code: "not_found", Message: fmt.Sprintf("no endpoint %s (see SPEC §4.1)", r.URL.Path)})
 		return
@@ -288,6 +297,9 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, name st
 		}
 		return s.fail(w, err)
 	}
+	// The connection may now idle as long as authenticated ones do, and
+	// holds a slot unauthenticated ones cannot take (node/api/connlimit).
+	connlimit.MarkAuthenticated(r.Context())
 	if rt == rGet || rt == rGrant || rt == rRenew || rt == rRelease {
 		if err := ticket.ValidName(name); err != nil {
 			return s.fail(w, badRequest("ticket %v", err))
