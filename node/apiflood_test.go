@@ -222,7 +222,18 @@ func TestAPIFloodUnauthenticated(t *testing.T) {
 			}()
 			waitFor(t, "the blocking grant to wait", 10*time.Second, func() bool { w, _ := nd.Load().waits.counts(); return w == 1 })
 
+			healthURL := "http://" + hln.Addr().String()
+			accepted := func() int {
+				v, _ := strconv.Atoi(metricValue(t, healthURL, `api_connections_accepted_total{listener="api"}`))
+				return v
+			}
+			before := accepted()
+			start := time.Now()
 			f := openFlood(t, addr, c.n, c.sources, c.kind)
+			// The flood held, not its arrival: once the server has taken
+			// every flood connection from the listen backlog.
+			waitFor(t, "the server to take the flood from the backlog", time.Minute, func() bool { return accepted() >= before+c.n })
+			t.Logf("%v flood of %d from %d source(s) opened and taken from the backlog in %v", c.kind, c.n, c.sources, time.Since(start).Round(time.Millisecond))
 			took, err := timed(answerBudget, func(ctx context.Context) error {
 				_, err := newClient().Grant(ctx, "flooded", "h", 30)
 				return err
@@ -231,15 +242,15 @@ func TestAPIFloodUnauthenticated(t *testing.T) {
 			if err != nil {
 				t.Fatalf("a new client with the token was not answered within %v during the flood: %v", answerBudget, err)
 			}
-			before := dials.Load()
+			dialed := dials.Load()
 			if _, err := timed(answerBudget, func(ctx context.Context) error {
 				_, err := kept.Renew(ctx, "long", "holder", held.Token, 30)
 				return err
 			}); err != nil {
 				t.Fatalf("the kept-alive client was not answered during the flood: %v", err)
 			}
-			if dials.Load() != before || keptDials != 1 {
-				t.Fatalf("the authenticated kept-alive connection was closed by the flood (%d dials before the flood, %d more after)", keptDials, dials.Load()-before)
+			if dials.Load() != dialed || keptDials != 1 {
+				t.Fatalf("the authenticated kept-alive connection was closed by the flood (%d dials before the flood, %d more after)", keptDials, dials.Load()-dialed)
 			}
 			answered, healthAnswered := 0, 0
 			for i := 0; i < 9; i++ {
@@ -279,9 +290,12 @@ func TestAPIFloodUnauthenticated(t *testing.T) {
 				t.Fatalf("the server holds %d flood connections, above api.max_conns", n)
 			}
 			if c.sources == 1 {
-				v := metricValue(t, "http://"+hln.Addr().String(), `api_connections_evicted_total{listener="api",reason="per_source"}`)
-				if got, err := strconv.Atoi(v); err != nil || got < c.n-cfg.API.MaxConns/4 {
-					t.Fatalf("per-source evictions %q, want at least %d", v, c.n-cfg.API.MaxConns/4)
+				// Beyond 256 (a quarter of max_conns) the source evicts
+				// its own; a trickler may also run out its header timeout
+				// first when the flood takes long to open.
+				v := metricValue(t, healthURL, `api_connections_evicted_total{listener="api",reason="per_source"}`)
+				if got, err := strconv.Atoi(v); err != nil || got < 1 || n > cfg.API.MaxConns/4 {
+					t.Fatalf("per-source evictions %q, %d of the source's connections held: want evictions and at most %d held", v, n, cfg.API.MaxConns/4)
 				}
 			}
 		})

@@ -143,6 +143,11 @@ type APIConfig struct {
 	MaxWaiters int `yaml:"max_waiters"`
 	// MaxWatchers caps blocking reads (?wait=) on this node; one more is a 429.
 	MaxWatchers int `yaml:"max_watchers"`
+	// MaxWaitersPerCaller and MaxWatchersPerCaller cap what one caller (a
+	// client address; IPv6: its /64) holds of them on the node it calls.
+	// 0: a quarter of the cap.
+	MaxWaitersPerCaller  int `yaml:"max_waiters_per_caller"`
+	MaxWatchersPerCaller int `yaml:"max_watchers_per_caller"`
 }
 
 // APITLSConfig is api.tls: server certificate and key, optional client CA
@@ -233,6 +238,12 @@ func (a *APIConfig) normalize() {
 	if a.MaxConnsPerSource == 0 {
 		a.MaxConnsPerSource = max(1, a.MaxConns/4)
 	}
+	if a.MaxWaitersPerCaller == 0 {
+		a.MaxWaitersPerCaller = max(1, a.MaxWaiters/4)
+	}
+	if a.MaxWatchersPerCaller == 0 {
+		a.MaxWatchersPerCaller = max(1, a.MaxWatchers/4)
+	}
 }
 
 // Validate checks every key; errors are *config.Error naming the key path.
@@ -293,6 +304,12 @@ func (c *Config) Validate() error {
 	}
 	if c.API.MaxWatchers < 1 || c.API.MaxWatchers > 1_000_000 {
 		return config.Errorf("api.max_watchers", "%d is outside 1..=1000000", c.API.MaxWatchers)
+	}
+	if c.API.MaxWaitersPerCaller < 1 || c.API.MaxWaitersPerCaller > c.API.MaxWaiters {
+		return config.Errorf("api.max_waiters_per_caller", "%d is outside 1..=%d (api.max_waiters)", c.API.MaxWaitersPerCaller, c.API.MaxWaiters)
+	}
+	if c.API.MaxWatchersPerCaller < 1 || c.API.MaxWatchersPerCaller > c.API.MaxWatchers {
+		return config.Errorf("api.max_watchers_per_caller", "%d is outside 1..=%d (api.max_watchers)", c.API.MaxWatchersPerCaller, c.API.MaxWatchers)
 	}
 	if _, _, err := net.SplitHostPort(c.API.Addr); err != nil {
 		return config.Errorf("api.addr", "%q is not HOST:PORT", c.API.Addr)

@@ -97,8 +97,10 @@ func (f *forwarder) route() (*forward.Client, bool) {
 	return c, true
 }
 
-// forwarded is the forward.Handler: this node's own local operations.
+// forwarded is the forward.Handler: this node's own local operations. A
+// wait holds a slot of peer's share (waiters.go).
 func (n *Node) forwarded(ctx context.Context, peer string, req forward.Request) forward.Response {
+	ctx = withOrigin(ctx, peer)
 	switch req.Op {
 	case forward.OpGrant, forward.OpRenew, forward.OpRelease:
 		if req.LeaseS > 255 {
@@ -223,7 +225,10 @@ func errResponse(err error) forward.Response {
 	case api.KindConflict:
 		r.Code, r.Reason = forward.CodeMismatch, ae.Code
 	case api.KindTooMany:
-		r.Code, r.Reason = forward.CodeUnavailable, ae.Code // too_many_*: a 429 again on the follower
+		// too_many_*: a 429 again on the follower; the share that is full
+		// (node_cap, node_share) travels as the stage, which a follower of
+		// an older version ignores.
+		r.Code, r.Reason, r.Stage = forward.CodeUnavailable, ae.Code, ae.Reason
 	default:
 		r.Code = forward.CodeUnavailable
 	}
@@ -245,8 +250,10 @@ func forwardErr(err error) error {
 		case forward.CodeMismatch:
 			return api.Refuse(api.KindConflict, fe.Reason, "%s", fe.Message)
 		case forward.CodeUnavailable:
-			if fe.Reason == errTooManyWaiters.Code || fe.Reason == errTooManyWatchers.Code {
-				return api.Refuse(api.KindTooMany, fe.Reason, "leader: %s", fe.Message)
+			if fe.Reason == tooManyWaiters || fe.Reason == tooManyWatchers {
+				e := api.Refuse(api.KindTooMany, fe.Reason, "leader: %s", fe.Message)
+				e.Reason = fe.Stage
+				return e
 			}
 		}
 		return api.Unavailable(fe.Stage, fe.Reason, "leader: %s", fe.Message)
@@ -269,7 +276,7 @@ func (f *forwarder) forwardWrite(ctx context.Context, c *forward.Client, w api.W
 	if w.Op == ticket.OpGrant && w.WaitMs > 0 {
 		// A blocking grant waits on the leader, on a connection of its
 		// own: the caller going away closes it, which ends the wait there.
-		release, err := f.cl.n.waits.reserve(false)
+		release, err := f.cl.n.waits.reserve(false, api.CallerOf(ctx))
 		if err != nil {
 			return api.Written{}, err
 		}
@@ -322,7 +329,7 @@ func (f *forwarder) forwardWatch(ctx context.Context, c *forward.Client, name st
 	req := forward.Request{Op: forward.OpWatch, Name: name, Index: index, WaitMs: uint32(wait / time.Millisecond)}
 	do := c.Do
 	if wait > 0 {
-		release, err := f.cl.n.waits.reserve(true)
+		release, err := f.cl.n.waits.reserve(true, api.CallerOf(ctx))
 		if err != nil {
 			return ticket.Ticket{}, false, 0, err
 		}

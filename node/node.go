@@ -146,8 +146,8 @@ func newNode(cfg Config, deps *Deps) (*Node, error) {
 		cfg: cfg, log: deps.Logger, guard: deps.Guard, stage: newStageHolder(),
 		expiry: deps.ExpiryInterval, fsm: ticket.New(cfg.Clock.DeltaMs), notify: make(chan bool, 16),
 		started: time.Now(), expireEarly: deps.brokenExpireEarly,
-		waits: newWaitHub(cfg.API.MaxWaiters, cfg.API.MaxWatchers),
 	}
+	n.waits = newWaitHub(cfg.Cluster.Name, cfg.API, n.aliveNodes)
 	n.fsm.OnChange(n.waits.changed)
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)

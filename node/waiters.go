@@ -10,6 +10,16 @@ package node
 //
 // Memory per waiter or watcher: one struct and a one-slot channel; the
 // counts are capped by api.max_waiters and api.max_watchers (429 beyond).
+//
+// Shares (SPEC §4.2's cap, shared so one node or one caller cannot take it
+// all): every wait holds a slot on its entry node (the one the client
+// called) and, when forwarded, one on the leader. On the entry node a
+// caller (the client's address, node/api.CallerOf) holds at most
+// api.max_waiters_per_caller (max_watchers_per_caller). On the leader of a
+// cluster every node the waits come through is guaranteed
+// ⌊max / (2 × alive nodes)⌋ slots; beyond that a node takes only what is
+// not kept back for the other nodes' guarantees (slots.take). A 429 says
+// which cap and whose share (Reason node_cap, caller_share, node_share).
 
 import (
 	"context"
@@ -17,15 +27,17 @@ import (
 	"time"
 
 	"github.com/tckclk/tckclk/node/api"
+	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 
 // waiter is one blocking grant or one watch.
 type waiter struct {
 	wake chan struct{} // one slot: a wake-up is never lost, never queued twice
+	sh   share         // whose slot it holds
 }
 
-func newWaiter() *waiter { return &waiter{wake: make(chan struct{}, 1)} }
+func newWaiter(sh share) *waiter { return &waiter{wake: make(chan struct{}, 1), sh: sh} }
 
 func (w *waiter) signal() {
 	select {
@@ -34,24 +46,122 @@ func (w *waiter) signal() {
 	}
 }
 
+// The 429 codes of the two caps.
+const (
+	tooManyWaiters  = "too_many_waiters"
+	tooManyWatchers = "too_many_watchers"
+)
+
+// share says whose slot a wait holds: the node it came through (counted
+// on the leader) and the caller on its entry node. Either may be "": a
+// forwarded wait's caller is counted on its entry node, not the leader;
+// a wait a follower forwards has no node share there.
+type share struct{ node, caller string }
+
+// slots counts one kind of wait (blocking grants or watches) against its
+// cap and its shares.
+type slots struct {
+	code      string // the 429's error code
+	what      string // "blocking grants", for messages
+	key       string // the cap's config key
+	callerKey string
+	max       int
+	perCaller int
+	n         int
+	byNode    map[string]int
+	byCaller  map[string]int
+}
+
+func newSlots(code, what, key string, max, perCaller int) *slots {
+	return &slots{code: code, what: what, key: key, callerKey: key + "_per_caller", max: max, perCaller: perCaller,
+		byNode: map[string]int{}, byCaller: map[string]int{}}
+}
+
+// guarantee is what every one of nodes alive nodes may always hold on the
+// leader: half the cap, split evenly (the other half is first come).
+func (s *slots) guarantee(nodes int) int { return s.max / (2 * max(nodes, 1)) }
+
+// take counts a wait of sh, or says which cap or share is full. self
+// names this node; nodes is how many nodes are alive in the cluster (1 for
+// a single node). A node at or above its guarantee takes a slot only if
+// the slots still owed to the others' guarantees stay free, so every node
+// keeps its guarantee whatever the others hold.
+func (s *slots) take(sh share, self string, nodes int) error {
+	if s.n >= s.max {
+		return s.refuse("node_cap", "all %d %s of node %s are in use (%s); retry later", s.max, s.what, self, s.key)
+	}
+	if sh.caller != "" && s.byCaller[sh.caller] >= s.perCaller {
+		return s.refuse("caller_share", "caller %s holds its share of %s on node %s (%d, %s); retry later",
+			sh.caller, s.what, self, s.perCaller, s.callerKey)
+	}
+	if g := s.guarantee(nodes); sh.node != "" && s.byNode[sh.node] >= g {
+		owed, holders := 0, 0
+		for id, held := range s.byNode {
+			if id != sh.node {
+				owed += max(0, g-held)
+				holders++
+			}
+		}
+		owed += max(0, nodes-1-holders) * g // the nodes holding none
+		if s.n+1+owed > s.max {
+			return s.refuse("node_share", "%s through node %s hold its share on the leader %s (%d held, %d guaranteed; %d of %s %d are kept for the other nodes' guarantees); retry later or through another node",
+				s.what, sh.node, self, s.byNode[sh.node], g, owed, s.key, s.max)
+		}
+	}
+	s.n++
+	if sh.node != "" {
+		s.byNode[sh.node]++
+	}
+	if sh.caller != "" {
+		s.byCaller[sh.caller]++
+	}
+	return nil
+}
+
+// give returns sh's slot.
+func (s *slots) give(sh share) {
+	s.n--
+	dec(s.byNode, sh.node)
+	dec(s.byCaller, sh.caller)
+}
+
+func dec(m map[string]int, k string) {
+	if k == "" {
+		return
+	}
+	if m[k]--; m[k] <= 0 {
+		delete(m, k)
+	}
+}
+
+func (s *slots) refuse(reason, format string, args ...any) error {
+	e := api.Refuse(api.KindTooMany, s.code, format, args...)
+	e.Reason = reason
+	return e
+}
+
 // waitHub holds the waiters and watchers of one node.
 type waitHub struct {
-	maxWaiters, maxWatchers int
+	self  string     // this node's NodeId (messages, the leader's own share)
+	nodes func() int // alive nodes of the cluster (1: a single node)
 
 	mu       sync.Mutex
 	queues   map[string][]*waiter // FIFO per ticket
 	watchers map[string]map[*waiter]struct{}
-	nWait    int
-	nWatch   int
+	waits    *slots             // blocking grants
+	watches  *slots             // blocking reads
 	term     chan struct{}      // closed when this node's leadership ends; nil when not leading
 	closed   bool               // the node is stopping: no new term
 	stopCtx  context.Context    // ends with close
 	stop     context.CancelFunc // ends stopCtx
 }
 
-func newWaitHub(maxWaiters, maxWatchers int) *waitHub {
-	h := &waitHub{maxWaiters: maxWaiters, maxWatchers: maxWatchers,
-		queues: map[string][]*waiter{}, watchers: map[string]map[*waiter]struct{}{}}
+func newWaitHub(self string, a APIConfig, nodes func() int) *waitHub {
+	h := &waitHub{self: self, nodes: nodes,
+		waits:    newSlots(tooManyWaiters, "blocking grants", "api.max_waiters", a.MaxWaiters, a.MaxWaitersPerCaller),
+		watches:  newSlots(tooManyWatchers, "blocking reads", "api.max_watchers", a.MaxWatchers, a.MaxWatchersPerCaller),
+		queues:   map[string][]*waiter{},
+		watchers: map[string]map[*waiter]struct{}{}}
 	h.stopCtx, h.stop = context.WithCancel(context.Background())
 	return h
 }
@@ -77,10 +187,8 @@ func (h *waitHub) close() {
 }
 
 var (
-	errTooManyWaiters  = api.Refuse(api.KindTooMany, "too_many_waiters", "too many blocking grants wait on this node (api.max_waiters); retry later")
-	errTooManyWatchers = api.Refuse(api.KindTooMany, "too_many_watchers", "too many blocking reads wait on this node (api.max_watchers); retry later")
-	errWaitLeader      = api.NotLeader(string(StageRaft), "this node stopped leading while the request waited; retry (the new leader serves it)")
-	errWaitGone        = api.Unavailable("", "cancelled", "the request ended while it waited")
+	errWaitLeader = api.NotLeader(string(StageRaft), "this node stopped leading while the request waited; retry (the new leader serves it)")
+	errWaitGone   = api.Unavailable("", "cancelled", "the request ended while it waited")
 )
 
 // changed is the FSM's change hook: name's head waiter and watchers wake
@@ -126,19 +234,27 @@ func (h *waitHub) endTerm() {
 	}
 }
 
-// enqueue adds a waiter at the tail of name's queue.
-func (h *waitHub) enqueue(name string) (*waiter, <-chan struct{}, error) {
+// aliveNodes is h.nodes() (outside h.mu: it reads the membership).
+func (h *waitHub) aliveNodes() int {
+	if h.nodes == nil {
+		return 1
+	}
+	return max(1, h.nodes())
+}
+
+// enqueue adds a waiter of sh at the tail of name's queue.
+func (h *waitHub) enqueue(name string, sh share) (*waiter, <-chan struct{}, error) {
+	nodes := h.aliveNodes()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.term == nil {
 		return nil, nil, errWaitLeader
 	}
-	if h.nWait >= h.maxWaiters {
-		return nil, nil, errTooManyWaiters
+	if err := h.waits.take(sh, h.self, nodes); err != nil {
+		return nil, nil, err
 	}
-	w := newWaiter()
+	w := newWaiter(sh)
 	h.queues[name] = append(h.queues[name], w)
-	h.nWait++
 	return w, h.term, nil
 }
 
@@ -160,7 +276,7 @@ func (h *waitHub) dequeue(name string, w *waiter) {
 			continue
 		}
 		q = append(q[:i], q[i+1:]...)
-		h.nWait--
+		h.waits.give(w.sh)
 		if len(q) == 0 {
 			delete(h.queues, name)
 			return
@@ -173,24 +289,24 @@ func (h *waitHub) dequeue(name string, w *waiter) {
 	}
 }
 
-// watch registers a watcher of name.
-func (h *waitHub) watch(name string) (*waiter, <-chan struct{}, error) {
+// watch registers a watcher of name for sh.
+func (h *waitHub) watch(name string, sh share) (*waiter, <-chan struct{}, error) {
+	nodes := h.aliveNodes()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.term == nil {
 		return nil, nil, errWaitLeader
 	}
-	if h.nWatch >= h.maxWatchers {
-		return nil, nil, errTooManyWatchers
+	if err := h.watches.take(sh, h.self, nodes); err != nil {
+		return nil, nil, err
 	}
-	w := newWaiter()
+	w := newWaiter(sh)
 	ws := h.watchers[name]
 	if ws == nil {
 		ws = map[*waiter]struct{}{}
 		h.watchers[name] = ws
 	}
 	ws[w] = struct{}{}
-	h.nWatch++
 	return w, h.term, nil
 }
 
@@ -202,29 +318,30 @@ func (h *waitHub) unwatch(name string, w *waiter) {
 		return
 	}
 	delete(ws, w)
-	h.nWatch--
+	h.watches.give(w.sh)
 	if len(ws) == 0 {
 		delete(h.watchers, name)
 	}
 }
 
 // reserve counts a wait this node forwards to the leader against its own
-// cap (a follower's or a gossip-only client's); the func gives it back.
-func (h *waitHub) reserve(watch bool) (func(), error) {
+// cap and its caller's share (a follower's or a gossip-only client's); the
+// func gives it back.
+func (h *waitHub) reserve(watch bool, caller string) (func(), error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	n, limit, err := &h.nWait, h.maxWaiters, errTooManyWaiters
+	s := h.waits
 	if watch {
-		n, limit, err = &h.nWatch, h.maxWatchers, errTooManyWatchers
+		s = h.watches
 	}
-	if *n >= limit {
+	sh := share{caller: caller}
+	if err := s.take(sh, h.self, 1); err != nil {
 		return nil, err
 	}
-	*n++
 	return func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		*n--
+		s.give(sh)
 	}, nil
 }
 
@@ -232,7 +349,40 @@ func (h *waitHub) reserve(watch bool) (func(), error) {
 func (h *waitHub) counts() (waiters, watchers int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.nWait, h.nWatch
+	return h.waits.n, h.watches.n
+}
+
+// aliveNodes counts the cluster's alive members, this node included, for
+// the leader's node shares (1 for a single node).
+func (n *Node) aliveNodes() int {
+	if n.cl == nil || n.cl.mem == nil {
+		return 1
+	}
+	alive := 0
+	for _, m := range n.cl.mem.Members() {
+		if m.ID == n.cfg.Cluster.Name || m.State == membership.StateAlive || m.State == membership.StateSuspect {
+			alive++
+		}
+	}
+	return alive
+}
+
+// originKey marks a wait forwarded to this leader with the node it came
+// through.
+type originKey struct{}
+
+func withOrigin(ctx context.Context, node string) context.Context {
+	return context.WithValue(ctx, originKey{}, node)
+}
+
+// shareOf is whose slot a wait on this node holds: forwarded, the node it
+// came through (its caller was counted there); else this node and the
+// caller.
+func (h *waitHub) shareOf(ctx context.Context) share {
+	if node, ok := ctx.Value(originKey{}).(string); ok {
+		return share{node: node}
+	}
+	return share{node: h.self, caller: api.CallerOf(ctx)}
 }
 
 // grantWaiting is a Grant with wait_ms > 0 on the leader: first come,
@@ -244,7 +394,7 @@ func (n *Node) grantWaiting(ctx context.Context, w api.Write) (api.Written, erro
 	arrived := time.Now() // monotonic: how long the caller waited (wire.Grant.WaitedMs)
 	wctx, cancel := context.WithTimeout(ctx, time.Duration(w.WaitMs)*time.Millisecond)
 	defer cancel()
-	me, term, err := n.waits.enqueue(w.Name)
+	me, term, err := n.waits.enqueue(w.Name, n.waits.shareOf(ctx))
 	if err != nil {
 		return api.Written{}, err
 	}
@@ -318,7 +468,7 @@ func (n *Node) watchLocal(ctx context.Context, name string, index uint64, wait t
 	if idx > index || wait <= 0 {
 		return t, ok, idx, nil
 	}
-	me, term, err := n.waits.watch(name)
+	me, term, err := n.waits.watch(name, n.waits.shareOf(ctx))
 	if err != nil {
 		return ticket.Ticket{}, false, 0, err
 	}

@@ -138,7 +138,7 @@ func TestGrantWaitTimesOut(t *testing.T) {
 // changes nothing.
 func TestGrantWaitCap(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
-	cfg.API.MaxWaiters = 2
+	cfg.API.MaxWaiters, cfg.API.MaxWaitersPerCaller = 2, 2 // one caller: the node's cap, not the caller's share
 	tn := startNode(t, cfg, Deps{Guard: &switchGuard{}})
 	for _, name := range []string{"lock", "other"} {
 		if _, err := tn.c.Grant(bg, name, "h0", 30); err != nil {
@@ -151,8 +151,9 @@ func TestGrantWaitCap(t *testing.T) {
 	startWaiter(t, ctx, tn, "other", "w2", time.Minute, 2, ch) // the cap is per node, not per ticket
 	_, err := tn.c.GrantWait(bg, "lock", "w3", 30, time.Minute)
 	var ce *client.Error
-	if !errors.As(err, &ce) || ce.StatusCode != 429 || !errors.Is(err, client.ErrTooManyWaiters) {
-		t.Fatalf("third waiter over a cap of 2: %v", err)
+	if !errors.As(err, &ce) || ce.StatusCode != 429 || !errors.Is(err, client.ErrTooManyWaiters) ||
+		ce.Reason != "node_cap" || !strings.Contains(ce.Message, "api.max_waiters") {
+		t.Fatalf("third waiter over a cap of 2: %v (reason %q)", err, ce.Reason)
 	}
 	cancel()
 	for range 2 {
@@ -298,7 +299,7 @@ func TestWatch(t *testing.T) {
 // are 400s naming the parameter.
 func TestWatchCapAndBadInput(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
-	cfg.API.MaxWatchers = 1
+	cfg.API.MaxWatchers, cfg.API.MaxWatchersPerCaller = 1, 1
 	tn := startNode(t, cfg, Deps{Guard: &switchGuard{}})
 	for _, q := range []struct{ query, names string }{
 		{"wait=-1s", "wait"}, {"wait=6m", "wait"}, {"wait=abc", "wait"}, {"wait=10s&wait=1s", "wait"},

@@ -45,6 +45,8 @@ var keyHelp = map[string]string{
 	"api.unauthenticated_idle_timeout":      "a connection that never authenticated, idle this long, is closed",
 	"api.max_waiters":                       "blocking grants (wait_ms) waiting on this node at most; one more is a 429",
 	"api.max_watchers":                      "blocking reads (?wait=) on this node at most; one more is a 429",
+	"api.max_waiters_per_caller":            "blocking grants one client address (IPv6: /64) holds on this node (0: a quarter of max_waiters)",
+	"api.max_watchers_per_caller":           "blocking reads one client address (IPv6: /64) holds on this node (0: a quarter of max_watchers)",
 	"api.tls.enabled":                       "serve the API over TLS",
 	"api.tls.cert_file":                     "API certificate (PEM)",
 	"api.tls.key_file":                      "API key (PEM)",

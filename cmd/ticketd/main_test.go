@@ -55,7 +55,8 @@ func TestPrintConfig(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	for _, want := range []string{"delta_ms: 1000", "data_dir: /var/lib/x", "addr: 127.0.0.1:9999", "snapshot_threshold: 77", "voter_last_contact: 15s", "standby_last_contact: 2m0s", "boot_grace: 30s", "max_health_score: 6", "secret_key: '[redacted]'", "identity_key: '[redacted]'", "max_rtt_ms: 250", "burst: 3",
-		"reserved_conns: 256", "max_conns_per_source: 256", "read_header_timeout: 5s", "idle_timeout: 2m0s", "unauthenticated_idle_timeout: 5s", "health_addr: \"\""} {
+		"reserved_conns: 256", "max_conns_per_source: 256", "read_header_timeout: 5s", "idle_timeout: 2m0s", "unauthenticated_idle_timeout: 5s", "health_addr: \"\"",
+		"max_waiters_per_caller: 64", "max_watchers_per_caller: 64"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("print-config lacks %q:\n%s", want, out)
 		}
@@ -91,6 +92,8 @@ func TestConfigErrorsExit2(t *testing.T) {
 		{"header timeout", []string{"--api.read_header_timeout", "2m"}, "api.read_header_timeout: 2m0s is outside 100ms..=1m"},
 		{"idle timeout", []string{"--api.idle_timeout", "10ms"}, "api.idle_timeout: 10ms is outside 1s..=1h"},
 		{"unauthenticated idle above idle", []string{"--api.unauthenticated_idle_timeout", "3m"}, "api.unauthenticated_idle_timeout: 3m0s is outside 100ms..=2m0s (api.idle_timeout)"},
+		{"caller share above the cap", []string{"--api.max_waiters", "10", "--api.max_waiters_per_caller", "11"}, "api.max_waiters_per_caller: 11 is outside 1..=10 (api.max_waiters)"},
+		{"watch caller share", []string{"--api.max_watchers_per_caller", "-1"}, "api.max_watchers_per_caller: -1 is outside 1..=256 (api.max_watchers)"},
 		{"health addr", []string{"--api.health_addr", "nonsense"}, "api.health_addr: \"nonsense\" is not HOST:PORT"},
 		{"health addr is api addr", []string{"--api.health_addr", "127.0.0.1:7980"}, "api.health_addr: \"127.0.0.1:7980\" is api.addr too"},
 		{"missing config file", []string{"--config", "/nonexistent/ticketd.yaml"}, "no such file"},

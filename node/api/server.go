@@ -10,7 +10,9 @@ import (
 	"github.com/tckclk/tckclk/node/api/wire"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -469,12 +471,14 @@ func (s *server) write(w http.ResponseWriter, r *http.Request, rt route, name st
 	if err != nil {
 		return s.fail(w, err)
 	}
+	ctx := r.Context()
 	if wr.WaitMs > 0 {
 		// The server's read and write timeouts would cut the wait short
 		// (an expired read deadline cancels the request's context).
 		longer(w, time.Duration(wr.WaitMs)*time.Millisecond)
+		ctx = withCaller(ctx, r)
 	}
-	a := s.apply(r.Context(), wr)
+	a := s.apply(ctx, wr)
 	writeJSON(w, a.status, a.body)
 	return a.label
 }
@@ -615,10 +619,12 @@ func (s *server) watch(w http.ResponseWriter, r *http.Request, name string) stri
 			return s.fail(w, badRequest("unknown query parameter %q; a ticket read takes wait and index", k))
 		}
 	}
+	ctx := r.Context()
 	if wait > 0 {
 		longer(w, wait)
+		ctx = withCaller(ctx, r)
 	}
-	t, held, idx, err := wb.Watch(r.Context(), name, index, wait)
+	t, held, idx, err := wb.Watch(ctx, name, index, wait)
 	if err != nil {
 		return s.fail(w, err)
 	}
@@ -630,6 +636,26 @@ func (s *server) watch(w http.ResponseWriter, r *http.Request, name string) stri
 	wt.ModifyIndex = idx
 	writeJSON(w, http.StatusOK, wt)
 	return "ok"
+}
+
+type callerKey struct{}
+
+// withCaller marks ctx with r's caller (CallerOf).
+func withCaller(ctx context.Context, r *http.Request) context.Context {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return ctx
+	}
+	return context.WithValue(ctx, callerKey{}, connlimit.SourceOf(net.TCPAddrFromAddrPort(ap)))
+}
+
+// CallerOf is the caller a blocking grant or watch is counted under on
+// the node it called (api.max_waiters_per_caller): the client's address
+// as node/api/connlimit counts sources (IPv4, IPv6 /64); "" when ctx
+// carries none.
+func CallerOf(ctx context.Context) string {
+	c, _ := ctx.Value(callerKey{}).(string)
+	return c
 }
 
 // parseWait reads a Go duration ("30s", "5m") or plain milliseconds,

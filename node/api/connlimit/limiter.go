@@ -147,6 +147,7 @@ func (ln *listener) Accept() (net.Conn, error) {
 // closed by the caller (outside the lock); they are already uncounted.
 func (l *Limiter) admit(nc net.Conn) (*conn, []*conn) {
 	src := SourceOf(nc.RemoteAddr())
+	l.m.accept()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var victims []*conn

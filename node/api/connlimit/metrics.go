@@ -5,18 +5,24 @@ import "github.com/prometheus/client_golang/prometheus"
 // Metrics are the connection metrics of every Limiter of a node, labelled
 // by listener ("api", "health"):
 //
+//	api_connections_accepted_total{listener}        accepted from the kernel (then admitted or refused)
 //	api_connections{listener,class}                 open now; class authenticated|unauthenticated
 //	api_connections_evicted_total{listener,reason}  closed to make room, or idle unauthenticated
 //	api_connections_refused_total{listener,reason}  closed at accept: nothing could make room
 type Metrics struct {
-	open    *prometheus.GaugeVec
-	evicted *prometheus.CounterVec
-	refused *prometheus.CounterVec
+	accepted *prometheus.CounterVec
+	open     *prometheus.GaugeVec
+	evicted  *prometheus.CounterVec
+	refused  *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
+		accepted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "api_connections_accepted_total",
+			Help: "API connections accepted from the listen backlog, admitted or refused.",
+		}, []string{"listener"}),
 		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "api_connections",
 			Help: "Open API connections by listener and class (authenticated: a request on it passed the token check).",
@@ -30,7 +36,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "New API connections closed at once because no connection could be evicted for them, by the limit that was full.",
 		}, []string{"listener", "reason"}),
 	}
-	reg.MustRegister(m.open, m.evicted, m.refused)
+	reg.MustRegister(m.accepted, m.open, m.evicted, m.refused)
 	return m
 }
 
@@ -39,6 +45,7 @@ type metricsFor struct {
 	m                      *Metrics
 	listener               string
 	authGauge, unauthGauge prometheus.Gauge
+	accepted               prometheus.Counter
 }
 
 func (m *Metrics) forListener(listener string) *metricsFor {
@@ -47,7 +54,8 @@ func (m *Metrics) forListener(listener string) *metricsFor {
 	}
 	f := &metricsFor{m: m, listener: listener,
 		authGauge:   m.open.WithLabelValues(listener, "authenticated"),
-		unauthGauge: m.open.WithLabelValues(listener, "unauthenticated")}
+		unauthGauge: m.open.WithLabelValues(listener, "unauthenticated"),
+		accepted:    m.accepted.WithLabelValues(listener)}
 	for _, r := range []string{ReasonPerSource, ReasonUnauth, ReasonMaxConns} {
 		m.evicted.WithLabelValues(listener, r)
 		m.refused.WithLabelValues(listener, r)
@@ -62,6 +70,12 @@ func (f *metricsFor) open(total, unauth int) {
 	}
 	f.authGauge.Set(float64(total - unauth))
 	f.unauthGauge.Set(float64(unauth))
+}
+
+func (f *metricsFor) accept() {
+	if f != nil {
+		f.accepted.Inc()
+	}
 }
 
 func (f *metricsFor) evicted(reason string) {

@@ -84,7 +84,7 @@ type ErrorBody struct {
 	Holder  string `json:"holder,omitempty"` // 409 held
 	Token   uint64 `json:"token,omitempty"`  // 409 held
 	Stage   string `json:"stage,omitempty"`  // 503
-	Reason  string `json:"reason,omitempty"` // 503
+	Reason  string `json:"reason,omitempty"` // 503; 429: the full cap or share (node_cap, caller_share, node_share)
 }
 
 // Health is the answer of /livez and /readyz.
