@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -387,14 +388,25 @@ func (n *Node) expireDue(ctx context.Context, now time.Time) {
 	}
 }
 
-// Snapshot takes a Raft snapshot now (admin, api.Backend).
+// Snapshot takes a Raft snapshot of this node's state now (admin,
+// api.Backend). Any node whose Raft is open takes its own — a follower
+// too: its snapshot is of the log it applied, exactly as the leader's
+// would be at that index (backups of a follower, compaction). A FAILED or
+// stopping node refuses (503).
 func (n *Node) Snapshot(ctx context.Context) (wire.SnapshotInfo, error) {
-	if err := n.serving(); err != nil {
-		return wire.SnapshotInfo{}, err
+	stage, reason := n.stage.get()
+	r := n.raft()
+	switch {
+	case stage == StageFailed || stage == StageStopping:
+		return wire.SnapshotInfo{}, api.Unavailable(string(stage), cmp.Or(reason, string(stage)), "this node takes no snapshot at stage %s", stage)
+	case r == nil && n.cl != nil && !n.cl.eligible():
+		return wire.SnapshotInfo{}, api.Refuse(api.KindConflict, "no_log", "this node is a gossip-only client and keeps no Raft log; ask a voter or standby for a snapshot")
+	case r == nil:
+		return wire.SnapshotInfo{}, api.Unavailable(string(stage), cmp.Or(reason, string(stage)), "raft is not open yet (stage %s); a snapshot needs this node's log", stage)
 	}
 	tickets := n.fsm.Len()
 	start := time.Now()
-	f := n.raft().Snapshot()
+	f := r.Snapshot()
 	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNothingNewToSnapshot) {
 			return wire.SnapshotInfo{}, api.Refuse(api.KindConflict, "nothing_new", "nothing new to snapshot since the last one")
@@ -407,8 +419,10 @@ func (n *Node) Snapshot(ctx context.Context) (wire.SnapshotInfo, error) {
 		return wire.SnapshotInfo{}, fmt.Errorf("node: opening the new snapshot: %w", err)
 	}
 	rc.Close()
-	n.log.Info("snapshot taken", "id", meta.ID, "index", meta.Index, "size_bytes", meta.Size, "took", took.Round(time.Millisecond))
-	return wire.SnapshotInfo{ID: meta.ID, Index: meta.Index, Term: meta.Term, SizeBytes: meta.Size, DurationMs: took.Milliseconds(), Tickets: tickets}, nil
+	role := roleName(r.State())
+	n.log.Info("snapshot taken", "id", meta.ID, "index", meta.Index, "size_bytes", meta.Size, "took", took.Round(time.Millisecond), "role", role)
+	return wire.SnapshotInfo{ID: meta.ID, Index: meta.Index, Term: meta.Term, SizeBytes: meta.Size, DurationMs: took.Milliseconds(), Tickets: tickets,
+		NodeID: n.cfg.Cluster.Name, Role: role}, nil
 }
 
 // clearHoldOff removes an earlier run's FAILED marker once the hold-off has

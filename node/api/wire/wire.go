@@ -191,8 +191,11 @@ type Replaced struct {
 	NewSuffrage string `json:"new_suffrage"`
 }
 
-// SnapshotInfo is the answer of POST /v1/cluster/snapshot.
+// SnapshotInfo is the answer of POST /v1/cluster/snapshot: the snapshot
+// the called node took of its own state (a follower's too).
 type SnapshotInfo struct {
+	NodeID     string `json:"node_id"`
+	Role       string `json:"role"` // leader, follower, ... when it was taken
 	ID         string `json:"id"`
 	Index      uint64 `json:"index"`
 	Term       uint64 `json:"term"`
