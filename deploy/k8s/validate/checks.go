@@ -192,11 +192,20 @@ func checkTicketd(s Set, bin Binaries, p *problems) {
 			p.add("%s: cluster.internode.bind_port 0 (auto-picked): pin it for the Service and the NetworkPolicy", pw)
 		}
 		checkNamedPort(pw, c, "api", api, p)
+		// Probes go to the health listener when there is one.
+		probePort := api
+		if ha := str(cfg, "api.health_addr"); ha != "" {
+			probePort = portOf(pw, "api.health_addr", ha, p)
+			if h := hostOf(ha); h != "0.0.0.0" {
+				p.add("%s: api.health_addr %s: kubelet probes the pod's IP, listen on 0.0.0.0", pw, ha)
+			}
+			checkNamedPort(pw, c, "health", probePort, p)
+		}
 		checkNamedPortProto(pw, c, "gossip", gossip, corev1.ProtocolTCP, p)
 		checkNamedPortProto(pw, c, "gossip-udp", gossip, corev1.ProtocolUDP, p)
 		checkNamedPort(pw, c, "mesh", mesh, p)
-		checkProbe(pw, "readinessProbe", c, c.ReadinessProbe, "/readyz", api, p)
-		checkProbe(pw, "livenessProbe", c, c.LivenessProbe, "/livez", api, p)
+		checkProbe(pw, "readinessProbe", c, c.ReadinessProbe, "/readyz", probePort, p)
+		checkProbe(pw, "livenessProbe", c, c.LivenessProbe, "/livez", probePort, p)
 		for _, key := range []string{"cluster.membership.secret_file", "cluster.internode.identity_key_file", "clock.secret_file", "api.token_file", "api.admin_token_file"} {
 			if f := str(cfg, key); f != "" {
 				checkSecretFile(pw, spec, c, key, f, p)

@@ -121,6 +121,12 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{"agent liveness on the TCKCLK/2 port", func(s Set) {
 			ds(s).Spec.Template.Spec.Containers[0].LivenessProbe.HTTPGet.Port = intstr.FromString("tckclk")
 		}, "livenessProbe port tckclk is 7970; the binary serves /livez on 7971"},
+		{"readiness on the api port beside a health listener", func(s Set) {
+			sts(s).Spec.Template.Spec.Containers[0].ReadinessProbe.HTTPGet.Port = intstr.FromString("api")
+		}, "readinessProbe port api is 7980; the binary serves /readyz on 7981"},
+		{"health listener moved in the config only", func(s Set) {
+			cm(s).Data["ticketd.yaml"] = strings.Replace(cm(s).Data["ticketd.yaml"], "health_addr: 0.0.0.0:7981", "health_addr: 0.0.0.0:7991", 1)
+		}, "containerPort health is 7981/TCP; the binary listens on 7991/TCP"},
 		{"api port moved in the config only", func(s Set) {
 			cm(s).Data["ticketd.yaml"] = strings.Replace(cm(s).Data["ticketd.yaml"], "addr: 0.0.0.0:7980", "addr: 0.0.0.0:7990", 1)
 		}, "containerPort api is 7980/TCP; the binary listens on 7990/TCP"},
