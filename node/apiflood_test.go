@@ -157,6 +157,21 @@ func timed(d time.Duration, fn func(ctx context.Context) error) (time.Duration, 
 	return time.Since(start), err
 }
 
+// startWithHealth starts a node with a client token and a health listener.
+func startWithHealth(t *testing.T, built func(*Node)) (*testNode, Config, string, net.Listener) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := testConfig(t, dir+"/data")
+	tok := strings.Repeat("c", 40)
+	cfg.API.TokenFile = writeFile(t, dir, "client.token", tok, 0o600)
+	hln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn := startNode(t, cfg, Deps{HealthListener: hln, built: built}, client.WithToken(tok))
+	return tn, cfg, tok, hln
+}
+
 // answerBudget is how long an answer may take during a flood: without the
 // flood it is milliseconds; with the API's connections exhausted it is
 // the idle timeout (minutes).
@@ -180,16 +195,8 @@ func TestAPIFloodUnauthenticated(t *testing.T) {
 		{floodRaw, 3000, 8},
 	} {
 		t.Run(fmt.Sprintf("%v-%d-from-%d", c.kind, c.n, c.sources), func(t *testing.T) {
-			dir := t.TempDir()
-			cfg := testConfig(t, dir+"/data")
-			tok := strings.Repeat("c", 40)
-			cfg.API.TokenFile = writeFile(t, dir, "client.token", tok, 0o600)
-			hln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
 			var nd atomic.Pointer[Node]
-			tn := startNode(t, cfg, Deps{HealthListener: hln, built: func(n *Node) { nd.Store(n) }}, client.WithToken(tok))
+			tn, cfg, tok, hln := startWithHealth(t, func(n *Node) { nd.Store(n) })
 			addr := strings.TrimPrefix(tn.url, "http://")
 			health, err := client.New("http://"+hln.Addr().String(), client.WithHTTPClient(&http.Client{Transport: &http.Transport{}}))
 			if err != nil {
@@ -306,15 +313,7 @@ func TestAPIFloodUnauthenticated(t *testing.T) {
 // and /metrics without a token and nothing else; the main listener keeps
 // serving them too.
 func TestHealthListener(t *testing.T) {
-	dir := t.TempDir()
-	cfg := testConfig(t, dir+"/data")
-	tok := strings.Repeat("c", 40)
-	cfg.API.TokenFile = writeFile(t, dir, "client.token", tok, 0o600)
-	hln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tn := startNode(t, cfg, Deps{HealthListener: hln}, client.WithToken(tok))
+	tn, _, tok, hln := startWithHealth(t, nil)
 	health := "http://" + hln.Addr().String()
 	for _, c := range []struct {
 		base, path, auth string

@@ -240,14 +240,7 @@ func (l *Limiter) sourceVictim(mine map[*conn]struct{}) *conn {
 // enter moves c to phase p (under l.mu): out of its list, into the one
 // for p, its idle timer armed or stopped.
 func (l *Limiter) enter(c *conn, p phase) {
-	if c.elem != nil {
-		c.in.Remove(c.elem)
-		c.elem, c.in = nil, nil
-	}
-	if c.timer != nil {
-		c.timer.Stop()
-		c.timer = nil
-	}
+	c.detach()
 	l.seq++
 	c.phase, c.seq = p, l.seq
 	c.readWatch.Store(p == idle)
@@ -269,12 +262,8 @@ func (l *Limiter) enter(c *conn, p phase) {
 	}
 }
 
-// drop uncounts c (under l.mu); idempotent.
-func (l *Limiter) drop(c *conn) {
-	if c.gone {
-		return
-	}
-	c.gone = true
+// detach takes c out of its list and stops its idle timer (under l.mu).
+func (c *conn) detach() {
 	if c.elem != nil {
 		c.in.Remove(c.elem)
 		c.elem, c.in = nil, nil
@@ -283,6 +272,15 @@ func (l *Limiter) drop(c *conn) {
 		c.timer.Stop()
 		c.timer = nil
 	}
+}
+
+// drop uncounts c (under l.mu); idempotent.
+func (l *Limiter) drop(c *conn) {
+	if c.gone {
+		return
+	}
+	c.gone = true
+	c.detach()
 	c.readWatch.Store(false)
 	l.total--
 	if !c.auth {
