@@ -130,7 +130,7 @@ type APIConfig struct {
 	// at most MaxConns − ReservedConns. 0: a quarter of MaxConns.
 	ReservedConns int `yaml:"reserved_conns"`
 	// MaxConnsPerSource caps the unauthenticated connections of one
-	// remote address (IPv6: one /64). 0: a quarter of MaxConns.
+	// remote address (IPv6: one /64). 0: half of MaxConns.
 	MaxConnsPerSource int `yaml:"max_conns_per_source"`
 	// ReadHeaderTimeout bounds a TLS handshake and a request header.
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
@@ -236,7 +236,7 @@ func (a *APIConfig) normalize() {
 		a.ReservedConns = a.MaxConns / 4
 	}
 	if a.MaxConnsPerSource == 0 {
-		a.MaxConnsPerSource = max(1, a.MaxConns/4)
+		a.MaxConnsPerSource = max(1, a.MaxConns/2)
 	}
 	if a.MaxWaitersPerCaller == 0 {
 		a.MaxWaitersPerCaller = max(1, a.MaxWaiters/4)

@@ -39,7 +39,7 @@ var keyHelp = map[string]string{
 	"api.health_addr":                       "HOST:PORT of a second listener serving only /livez, /readyz and /metrics (unset: none)",
 	"api.max_conns":                         "concurrent API connections at most; one more evicts an idle one or is closed",
 	"api.reserved_conns":                    "connections of max_conns only authenticated ones may hold (0: a quarter of max_conns)",
-	"api.max_conns_per_source":              "unauthenticated connections of one address (IPv6: /64) at most (0: a quarter of max_conns)",
+	"api.max_conns_per_source":              "unauthenticated connections of one address (IPv6: /64) at most (0: half of max_conns)",
 	"api.read_header_timeout":               "a TLS handshake and a request header must arrive within this",
 	"api.idle_timeout":                      "an authenticated connection idle this long is closed",
 	"api.unauthenticated_idle_timeout":      "a connection that never authenticated, idle this long, is closed",

@@ -55,7 +55,7 @@ func TestPrintConfig(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	for _, want := range []string{"delta_ms: 1000", "data_dir: /var/lib/x", "addr: 127.0.0.1:9999", "snapshot_threshold: 77", "voter_last_contact: 15s", "standby_last_contact: 2m0s", "boot_grace: 30s", "max_health_score: 6", "secret_key: '[redacted]'", "identity_key: '[redacted]'", "max_rtt_ms: 250", "burst: 3",
-		"reserved_conns: 256", "max_conns_per_source: 256", "read_header_timeout: 5s", "idle_timeout: 2m0s", "unauthenticated_idle_timeout: 5s", "health_addr: \"\"",
+		"reserved_conns: 256", "max_conns_per_source: 512", "read_header_timeout: 5s", "idle_timeout: 2m0s", "unauthenticated_idle_timeout: 5s", "health_addr: \"\"",
 		"max_waiters_per_caller: 64", "max_watchers_per_caller: 64"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("print-config lacks %q:\n%s", want, out)
