@@ -83,3 +83,50 @@ func TestForgedGossipClaimRetiresNobody(t *testing.T) {
 		t.Fatalf("%s is no longer a voter: %v", vid, s)
 	}
 }
+
+// SPEC §5 "Identity", "Reconciler": memberlist's dead claims are unsigned,
+// and one with the highest incarnation cannot even be refuted (the
+// victim's refutation wraps to 0). Forged to the leader about a follower,
+// it makes the follower gossip-dead there — and nothing more: the mesh
+// still has the follower's key and mesh address from its signed metadata
+// (a handshake after any reconnect succeeds), the leader still hears it in
+// Raft, so the reconciler's input says alive in Raft and it stays a
+// voter. Before, AdvertisedKey answered only for alive members: after the
+// next reconnect the follower was cut off, silent in Raft, and removed.
+func TestForgedDeadKeepsMeshKey(t *testing.T) {
+	tc, leader := formThree(t)
+	lc := tc.nodes[leader]
+	victim := tc.others(leader)[0]
+	vid := victim.n.cfg.Cluster.Name
+	from := tc.others(leader)[1].n.cfg.Cluster.Name
+	own, _ := memberMeta(lc.n, vid)
+	pkt, err := gossipforge.DeadPacket([]byte("0123456789abcdef"), gossipforge.Dead{Incarnation: ^uint32(0), Node: vid, From: from})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, leader+" sees "+vid+" dead", 10*time.Second, func() bool {
+		if err := gossipforge.Send(lc.gossipAddr(), pkt); err != nil {
+			t.Fatal(err)
+		}
+		g, _ := gossipState(t, lc, vid)
+		return g == "dead"
+	})
+	if k, ok := lc.n.cl.adv.AdvertisedKey(vid); !ok || !k.Equal(victim.n.cl.key.Public()) {
+		t.Fatalf("the mesh lost %s's key with a forged dead: %x %v", vid, k, ok)
+	}
+	if addr, err := lc.n.cl.adv.ServerAddr(raft.ServerID(vid)); err != nil || string(addr) != own.MeshAddr {
+		t.Fatalf("Raft's address of %s after a forged dead: %q %v, want %s", vid, addr, err, own.MeshAddr)
+	}
+	waitFor(t, leader+" hears "+vid+" in Raft", 10*time.Second, func() bool { return lc.n.cl.tr.inContact(vid) })
+	for _, rm := range lc.n.cl.withRetired(lc.n.cl.reconcileMembers(lc.n.raft())) {
+		if rm.ID == vid && (rm.Alive || !rm.RaftContact || rm.Retired) {
+			t.Fatalf("the reconciler's input for %s: %+v (want gossip-dead, in Raft contact)", vid, rm)
+		}
+	}
+	if s := suffrages(lc); s[vid] != raft.Voter {
+		t.Fatalf("%s is no longer a voter: %v", vid, s)
+	}
+	if g, _ := gossipState(t, lc, vid); g != "dead" {
+		t.Fatalf("%s refuted the forged dead (%s): the case tests nothing", vid, g)
+	}
+}
