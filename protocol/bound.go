@@ -99,19 +99,60 @@ type Sample struct {
 	ReferenceUnixMs uint64 // R
 }
 
-// ErrorBound computes SPEC §3.1:
+// SampleError is SPEC §3.1's sum in nanoseconds, before its one rounding:
 //
-//	error_bound = ceil_ms(rtt) + u + ceil_ms(|w1 − R×10^6|) + 1
+//	e_ns = rtt_ns + u×10^6 + |w1 − R×10^6| + 10^6      (the 10^6 is R's truncation)
 //
-// in saturating u64. It also returns the rtt and offset terms (ms). ok is
-// false when any term or the sum overflows: that is an offset failure.
+// It also returns the offset term |w1 − R×10^6| in ns. ok is false when a
+// term or the sum does not fit a u64 (an offset failure, never a wrap);
+// both results are then MaxUint64.
+func SampleError(s Sample) (eNs, offNs uint64, ok bool) {
+	offNs, ok = offsetNs(s.W1UnixNs, s.ReferenceUnixMs)
+	if !ok {
+		return math.MaxUint64, math.MaxUint64, false
+	}
+	uHi, uNs := bits.Mul64(s.UncertaintyMs, nsPerMs)
+	e, ok1 := AddSat(s.RTTNs, uNs)
+	e, ok2 := AddSat(e, offNs)
+	e, ok3 := AddSat(e, nsPerMs)
+	if uHi != 0 || !ok1 || !ok2 || !ok3 {
+		return math.MaxUint64, offNs, false
+	}
+	return e, offNs, true
+}
+
+// offsetNs is |w1 − R×10^6| in ns, in 128 bits; ok is false when it does
+// not fit a u64.
+func offsetNs(w1UnixNs int64, refUnixMs uint64) (uint64, bool) {
+	rHi, rLo := bits.Mul64(refUnixMs, nsPerMs)
+	if w1UnixNs < 0 { // |w1 − R| = R + |w1|
+		lo, c := bits.Add64(rLo, AbsNs(w1UnixNs), 0)
+		return lo, rHi+c == 0
+	}
+	w := uint64(w1UnixNs)
+	if rHi == 0 && rLo <= w {
+		return w - rLo, true
+	}
+	lo, b := bits.Sub64(rLo, w, 0)
+	return lo, rHi-b == 0
+}
+
+// ErrorBound computes SPEC §3.1's error bound, the sum in ns rounded up
+// once:
+//
+//	error_bound = ceil_ms(rtt_ns + u×10^6 + |w1 − R×10^6| + 10^6)
+//
+// with the rtt and offset terms each rounded up to ms for the limits they
+// are compared with (max_rtt_ms, max_offset_ms). ok is false when a term or
+// the sum does not fit a u64: that is an offset failure.
 func ErrorBound(s Sample) (bound, rttMs, offsetMs uint64, ok bool) {
+	eNs, offNs, ok := SampleError(s)
 	rttMs = CeilMs(s.RTTNs)
-	offsetMs, ok = OffsetMs(s.W1UnixNs, s.ReferenceUnixMs)
-	b, ok1 := AddSat(rttMs, s.UncertaintyMs)
-	b, ok2 := AddSat(b, offsetMs)
-	b, ok3 := AddSat(b, 1)
-	return b, rttMs, offsetMs, ok && ok1 && ok2 && ok3
+	if !ok {
+		off, _ := OffsetMs(s.W1UnixNs, s.ReferenceUnixMs)
+		return math.MaxUint64, rttMs, off, false
+	}
+	return CeilMs(eNs), rttMs, CeilMs(offNs), true
 }
 
 // DriftMs returns ceil_ms(ppm × elapsed): the clock-rate error accumulated
@@ -142,21 +183,38 @@ func mulDivCeil(a, b, div uint64) uint64 {
 	return q
 }
 
-// RunningBound computes SPEC §3.2 at an evaluation instant:
+// RunningBound computes SPEC §3.2 at an evaluation instant, rounded up
+// once:
 //
-//	bound(t) = error_bound + |Δwall − Δmono| + ceil_ms(max_drift_ppm × (t − t_sample))
+//	bound(t) = ceil_ms(e_ns + |Δwall − Δmono| + max_drift_ppm × Δmono / 10^6)
 //
-// with Δwall, Δmono measured from the sample to now, the whole rounded up to
-// ms, saturating at 2^64−1.
-func RunningBound(errorBoundMs uint64, dWallNs, dMonoNs int64, ppm uint64) uint64 {
-	skew := CeilMs(AbsDiff(dWallNs, dMonoNs))
+// exactly (the drift term is not rounded to a whole ns first), where eNs is
+// the sample's SampleError and Δwall, Δmono are measured from the sample to
+// now; it saturates at 2^64−1. With Δwall = Δmono = 0 it is the sample's own
+// error bound, ceil_ms(e_ns).
+func RunningBound(eNs uint64, dWallNs, dMonoNs int64, ppm uint64) uint64 {
+	// In units of 10^-6 ns: (e_ns + skew_ns)×10^6 + ppm×elapsed_ns, then
+	// one ceiling division by 10^12 (= ns per ms × 10^6).
+	sumLo, sumHi := bits.Add64(eNs, AbsDiff(dWallNs, dMonoNs), 0)
+	hi, lo := bits.Mul64(sumLo, 1_000_000)
+	hi += sumHi * 1_000_000 // sumHi ≤ 1: no overflow
 	var elapsed uint64
 	if dMonoNs > 0 {
 		elapsed = uint64(dMonoNs)
 	}
-	b, _ := AddSat(errorBoundMs, skew)
-	b, _ = AddSat(b, DriftMs(ppm, elapsed))
-	return b
+	dHi, dLo := bits.Mul64(ppm, elapsed)
+	var c uint64
+	lo, c = bits.Add64(lo, dLo, 0)
+	hi, c = bits.Add64(hi, dHi, c)
+	const div = 1_000_000_000_000
+	if c != 0 || hi >= div {
+		return math.MaxUint64
+	}
+	q, r := bits.Div64(hi, lo, div)
+	if r != 0 && q < math.MaxUint64 {
+		q++
+	}
+	return q
 }
 
 // AbsDiff returns |a − b| without overflow.

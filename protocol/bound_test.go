@@ -42,30 +42,40 @@ func TestCeilMs(t *testing.T) {
 	}
 }
 
-// SPEC §3.1: error_bound = rtt + u + ceil_ms(|w1 − R×10^6|) + 1, saturating.
+// SPEC §3.1: error_bound = ceil_ms(rtt_ns + u×10^6 + |w1 − R×10^6| + 10^6),
+// summed in ns and rounded up once, saturating; rtt and offset are each
+// rounded up for their own limits.
 func TestErrorBound(t *testing.T) {
 	const R = 1767225600123
+	const maxU = math.MaxUint64 / 1_000_000 // the largest u whose ns fit a u64
 	cases := []struct {
-		name   string
-		s      Sample
-		want   uint64
-		wantOK bool
+		name         string
+		s            Sample
+		want         uint64
+		rttMs, offMs uint64
+		wantOK       bool
 	}{
-		{"exact", Sample{RTTNs: 0, UncertaintyMs: 0, W1UnixNs: R * 1e6, ReferenceUnixMs: R}, 1, true},
-		{"typical", Sample{RTTNs: 1_500_000, UncertaintyMs: 3, W1UnixNs: R*1e6 + 2_000_001, ReferenceUnixMs: R}, 2 + 3 + 3 + 1, true},
-		{"local behind", Sample{RTTNs: 1, UncertaintyMs: 1, W1UnixNs: R*1e6 - 1, ReferenceUnixMs: R}, 1 + 1 + 1 + 1, true},
-		{"wall before epoch", Sample{W1UnixNs: -1_000_000, ReferenceUnixMs: 0}, 1 + 1, true},
-		{"R u64 max fits in ms", Sample{W1UnixNs: R * 1e6, ReferenceUnixMs: math.MaxUint64}, math.MaxUint64 - R + 1, true},
-		{"R u64 max, wall negative", Sample{W1UnixNs: -1, ReferenceUnixMs: math.MaxUint64}, math.MaxUint64, false},
-		{"u u64 max", Sample{W1UnixNs: R * 1e6, ReferenceUnixMs: R, UncertaintyMs: math.MaxUint64}, math.MaxUint64, false},
-		{"u max-1 plus 1", Sample{W1UnixNs: R * 1e6, ReferenceUnixMs: R, UncertaintyMs: math.MaxUint64 - 1}, math.MaxUint64, true},
-		{"R zero, wall max", Sample{W1UnixNs: math.MaxInt64, ReferenceUnixMs: 0}, uint64(math.MaxInt64)/1e6 + 1 + 1, true},
-		{"wall min", Sample{W1UnixNs: math.MinInt64, ReferenceUnixMs: 0}, uint64(1<<63)/1e6 + 1 + 1, true},
+		{"exact", Sample{W1UnixNs: R * 1e6, ReferenceUnixMs: R}, 1, 0, 0, true},
+		// 1.5 + 3 + 2.000001 + 1 = 7.500001 ms → 8 (rounded per term: 9)
+		{"typical", Sample{RTTNs: 1_500_000, UncertaintyMs: 3, W1UnixNs: R*1e6 + 2_000_001, ReferenceUnixMs: R}, 8, 2, 3, true},
+		// 1 ns + 1 ms + 1 ns + 1 ms → 3 (rounded per term: 4)
+		{"local behind", Sample{RTTNs: 1, UncertaintyMs: 1, W1UnixNs: R*1e6 - 1, ReferenceUnixMs: R}, 3, 1, 1, true},
+		{"on the ms boundary", Sample{RTTNs: 500_000, UncertaintyMs: 1, W1UnixNs: R*1e6 + 500_000, ReferenceUnixMs: R}, 3, 1, 1, true},
+		{"one ns past it", Sample{RTTNs: 500_001, UncertaintyMs: 1, W1UnixNs: R*1e6 + 500_000, ReferenceUnixMs: R}, 4, 1, 1, true},
+		{"wall before epoch", Sample{W1UnixNs: -1_000_000, ReferenceUnixMs: 0}, 2, 0, 1, true},
+		{"R u64 max", Sample{W1UnixNs: R * 1e6, ReferenceUnixMs: math.MaxUint64}, math.MaxUint64, 0, math.MaxUint64 - R, false},
+		{"R u64 max, wall negative", Sample{W1UnixNs: -1, ReferenceUnixMs: math.MaxUint64}, math.MaxUint64, 0, math.MaxUint64, false},
+		{"u u64 max", Sample{W1UnixNs: R * 1e6, ReferenceUnixMs: R, UncertaintyMs: math.MaxUint64}, math.MaxUint64, 0, 0, false},
+		{"u whose ns just fit", Sample{W1UnixNs: R * 1e6, ReferenceUnixMs: R, UncertaintyMs: maxU - 1}, maxU, 0, 0, true},
+		{"u whose ns plus the truncation do not", Sample{W1UnixNs: R * 1e6, ReferenceUnixMs: R, UncertaintyMs: maxU}, math.MaxUint64, 0, 0, false},
+		{"R zero, wall max", Sample{W1UnixNs: math.MaxInt64, ReferenceUnixMs: 0}, uint64(math.MaxInt64)/1e6 + 1 + 1, 0, uint64(math.MaxInt64)/1e6 + 1, true},
+		{"wall min", Sample{W1UnixNs: math.MinInt64, ReferenceUnixMs: 0}, uint64(1<<63)/1e6 + 1 + 1, 0, uint64(1<<63)/1e6 + 1, true},
 	}
 	for _, c := range cases {
-		got, _, _, ok := ErrorBound(c.s)
-		if got != c.want || ok != c.wantOK {
-			t.Errorf("%s: got %d ok=%v, want %d ok=%v", c.name, got, ok, c.want, c.wantOK)
+		got, rtt, off, ok := ErrorBound(c.s)
+		if got != c.want || ok != c.wantOK || rtt != c.rttMs || off != c.offMs {
+			t.Errorf("%s: got %d (rtt %d, offset %d) ok=%v, want %d (rtt %d, offset %d) ok=%v",
+				c.name, got, rtt, off, ok, c.want, c.rttMs, c.offMs, c.wantOK)
 		}
 	}
 }
@@ -84,26 +94,30 @@ func TestOffsetMsEdges(t *testing.T) {
 	}
 }
 
-// SPEC §3.2: bound(t) = eb + ceil(|Δwall−Δmono|) + ceil(ppm × Δmono).
+// SPEC §3.2: bound(t) = ceil_ms(e_ns + |Δwall−Δmono| + ppm × Δmono / 10^6),
+// one rounding at each evaluation.
 func TestRunningBound(t *testing.T) {
 	cases := []struct {
 		name         string
-		eb           uint64
+		eNs          uint64
 		dWall, dMono int64
 		ppm          uint64
 		want         uint64
 	}{
-		{"no time", 5, 0, 0, 500, 5},
-		{"1s at 500ppm", 5, 1e9, 1e9, 500, 5 + 1},    // 0.5 ms drift rounds up to 1
-		{"10s at 500ppm", 5, 10e9, 10e9, 500, 5 + 5}, // 5 ms
-		{"10s at 50ppm", 5, 10e9, 10e9, 50, 5 + 1},   // 0.5 ms → 1
-		{"step 0.3ms + drift", 5, 1e9 + 3e5, 1e9, 500, 5 + 1 + 1},
-		{"rollback 2ms", 5, 1e9 - 2e6, 1e9, 1, 5 + 2 + 1},
-		{"saturates", math.MaxUint64 - 1, math.MaxInt64, math.MinInt64, 100000, math.MaxUint64},
+		{"no time", 4_200_000, 0, 0, 500, 5},
+		{"1s at 500ppm", 4_200_000, 1e9, 1e9, 500, 5},     // 4.2 + 0.5 = 4.7 → 5 (per term: 6)
+		{"10s at 500ppm", 4_200_000, 10e9, 10e9, 500, 10}, // 4.2 + 5 = 9.2 → 10
+		{"10s at 50ppm", 4_000_000, 10e9, 10e9, 50, 5},    // 4 + 0.5 → 5
+		{"step 0.3ms + drift", 4_000_000, 1e9 + 3e5, 1e9, 500, 5},
+		{"rollback 2ms", 4_000_000, 1e9 - 2e6, 1e9, 1, 7}, // 4 + 2 + 0.001 → 7
+		{"exactly whole", 4_000_000, 1e9 + 5e5, 1e9, 500, 5},
+		{"a drift of a fraction of a ns still counts", 4_000_000, 1, 1, 1, 5},
+		{"a 65-bit sum does not wrap", math.MaxUint64 - 1, math.MaxInt64, math.MinInt64, 100000, 36893488147420}, // ceil((2^65 − 3) ns / 10^6)
+		{"saturates", math.MaxUint64, math.MaxInt64, math.MaxInt64, math.MaxUint64, math.MaxUint64},
 		{"huge elapsed", 0, math.MaxInt64, math.MaxInt64, 100000, 922337203686}, // ceil(1e5 × 9.22e18 ns / 1e12)
 	}
 	for _, c := range cases {
-		if got := RunningBound(c.eb, c.dWall, c.dMono, c.ppm); got != c.want {
+		if got := RunningBound(c.eNs, c.dWall, c.dMono, c.ppm); got != c.want {
 			t.Errorf("%s: got %d want %d", c.name, got, c.want)
 		}
 	}

@@ -373,7 +373,7 @@ func (m *Monitor) evaluateLocked(w, mo int64) *protocol.Error {
 		step = protocol.IsStep(sw, sm)
 	case m.have:
 		sw, sm := w-m.w1, mo-m.m1
-		bound = runningBound(m.eNs, sw, sm, m.cfg.MaxDriftPPM)
+		bound = protocol.RunningBound(m.eNs, sw, sm, m.cfg.MaxDriftPPM)
 		step = protocol.IsStep(sw, sm)
 		sinceMono = sm
 		stale = sm > m.staleNs

@@ -149,7 +149,7 @@ func (m *Monitor) checkSample(x *exchange, r *protocol.Response) *protocol.Error
 	s.ReferenceUnixMs = r.ReferenceUnixMs
 	s.UncertaintyMs = r.UncertaintyMs
 	s.SourceAgeMs = r.SourceAgeMs
-	eNs, offNs, ok := sampleError(x.rttNs, r.UncertaintyMs, x.w1, r.ReferenceUnixMs)
+	eNs, offNs, ok := protocol.SampleError(protocol.Sample{RTTNs: x.rttNs, UncertaintyMs: r.UncertaintyMs, W1UnixNs: x.w1, ReferenceUnixMs: r.ReferenceUnixMs})
 	rttMs, offMs, eb := protocol.CeilMs(x.rttNs), protocol.CeilMs(offNs), protocol.CeilMs(eNs)
 	x.eNs, x.offNs = eNs, offNs
 	s.RTTMs, s.OffsetMs, s.ErrorBoundMs = rttMs, offMs, eb
