@@ -194,6 +194,9 @@ func TestOwnSequence(t *testing.T) {
 	if n.m.seqFloor.Load() != 0 {
 		t.Fatal("a forged claim moved this node's sequence")
 	}
+	if got := counterValue(t, n.m.met.metaRefused.WithLabelValues(ReasonBadSignature)); got != 1 {
+		t.Fatalf("a forged claim about this node counted %v times, want 1", got)
+	}
 	genuine, err := Encode(ahead, privOf(t, n.key))
 	if err != nil {
 		t.Fatal(err)
