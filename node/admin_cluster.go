@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/api/wire"
 	"github.com/tckclk/tckclk/node/cluster/membership"
+	"github.com/tckclk/tckclk/node/consensus"
 )
 
 // clusterMembers is /v1/cluster/members in cluster mode: every server of
@@ -106,21 +108,25 @@ func (n *Node) findServer(id string, voter bool) (raft.ServerAddress, bool) {
 	return "", false
 }
 
-// awaitAdmin waits for an admin Raft future, bounded by ctx and 10 s.
+// awaitAdmin waits for an admin Raft future, bounded by ctx and 10 s; its
+// reader ends at the latest with Raft's shutdown (consensus.Raft.Wait: a
+// configuration change that committed just before can be left unanswered
+// by Raft).
 func (n *Node) awaitAdmin(ctx context.Context, f raft.Future, what string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }() // ends when Raft answers, at the latest at shutdown
-	select {
-	case err := <-done:
-		if err != nil {
-			return api.Unavailable("", "raft", "%s: %v", what, err)
-		}
+	c := n.cons.Load()
+	if c == nil {
+		return api.Unavailable("", "raft", "%s: raft is not open", what)
+	}
+	err := c.Wait(ctx, f)
+	switch {
+	case err == nil:
 		return nil
-	case <-ctx.Done():
+	case ctx.Err() != nil && !errors.Is(err, consensus.ErrShutdown):
 		return api.Unavailable("", "timeout", "%s: no answer within the deadline (it may still happen)", what)
 	}
+	return api.Unavailable("", "raft", "%s: %v", what, err)
 }
 
 // ReplaceMember is ticketctl cluster replace OLD --with NEW (admin; the

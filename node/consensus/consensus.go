@@ -86,8 +86,13 @@ type Raft struct {
 	waiters sync.WaitGroup // future readers started by wait
 	wmu     sync.Mutex     // orders waiters.Add against Close's Wait
 	closing bool           // under wmu: Close started, wait refuses new readers
-	unblock func()
-	log     *slog.Logger
+	// shut is closed once Raft's shutdown has ended every goroutine of
+	// it: a future not answered by then never will be, and every reader
+	// of one ends (endsAtShutdown).
+	shut     chan struct{}
+	shutOnce sync.Once
+	unblock  func()
+	log      *slog.Logger
 }
 
 // slowShutdown is how long Close waits for Raft's shutdown before it calls
@@ -102,7 +107,7 @@ func Open(o Options) (_ *Raft, err error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	raftLog := &hclogWriter{log: log.With("component", "raft")}
-	p := &Raft{dir: o.Dir, unblock: o.Unblock, log: log}
+	p := &Raft{dir: o.Dir, unblock: o.Unblock, log: log, shut: make(chan struct{})}
 	// A data dir that has run before has its log (raft.db or wal/) and
 	// snapshots/ (the snapshot store creates it on the first open): the log
 	// missing beside it was deleted, and starting would forget every
@@ -275,8 +280,10 @@ func (p *Raft) BootstrapCluster(conf raft.Configuration) error {
 // Shutdown stops Raft (every goroutine of it ended when it returns) and
 // leaves the stores open for Close. When the shutdown is still waiting
 // after slowShutdown — a goroutine stuck in an RPC to a silent peer — it
-// calls Options.Unblock once. A second call returns at once.
+// calls Options.Unblock once. A second call returns at once. Every future
+// Raft has not answered by then is answered ErrShutdown (endsAtShutdown).
 func (p *Raft) Shutdown() error {
+	defer p.shutOnce.Do(func() { close(p.shut) })
 	sf := p.r.Shutdown()
 	shut := make(chan error, 1)
 	go func() { shut <- sf.Error() }() // returns once every Raft goroutine ended
@@ -307,7 +314,10 @@ func (p *Raft) Close() error {
 		if err := p.Shutdown(); err != nil {
 			errs = append(errs, err)
 		}
-		// Shutdown answers every pending future; their readers end now.
+		// Shutdown has ended every future (endsAtShutdown): their
+		// readers have ended or are ending now. The bound is for a
+		// future endsAtShutdown could not reach (a hashicorp/raft that
+		// changed its futures; TestEveryFutureEndsAtShutdown).
 		done := make(chan struct{})
 		go func() { p.waiters.Wait(); close(done) }()
 		select {

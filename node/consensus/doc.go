@@ -16,9 +16,10 @@
 // index; snapshot format 3) against its meta.json — Raft trusts the
 // metadata, and its CRC covers only state.bin. A snapshot installed from
 // the leader is checked against the request the same way
-// (positionSink). No caller waits on a raft future without a deadline
-// (an ApplyFuture can block until shutdown, hashicorp/raft#498): every
-// wait selects on the caller's context too.
+// (positionSink). Every wait on a raft future ends with the caller's
+// context, and its reader ends at the latest when Raft's shutdown has
+// (endsAtShutdown: raft drops futures queued for its FSM goroutine,
+// hashicorp/raft#498).
 //
 // Hazard: a Propose whose context ends has an unknown outcome: the entry may
 // still commit. Callers report it as such, never as a refusal.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -15,7 +16,9 @@ var (
 	// ErrNotLeader: this node is not (or no longer) the leader; nothing
 	// was committed by this call.
 	ErrNotLeader = errors.New("consensus: not the leader")
-	// ErrShutdown: Raft is shutting down.
+	// ErrShutdown: Raft is shutting down. From Propose, Await and
+	// Barrier it also matches ErrUnknownOutcome: an entry in flight at
+	// shutdown may have committed.
 	ErrShutdown = errors.New("consensus: raft is shut down")
 	// ErrUnknownOutcome: the entry was in flight when the caller's context
 	// ended or this leader was deposed; it may still commit.
@@ -45,8 +48,9 @@ func mapErr(err error) error {
 }
 
 // wait waits for f under ctx (and a default bound without a deadline). The
-// goroutine that reads the future is counted in p.waiters: Close waits for
-// them after Raft's shutdown has answered every future.
+// goroutine that reads the future is counted in p.waiters; it ends when
+// Raft answers, or at the latest when Raft's shutdown has ended
+// (endsAtShutdown), so Close never waits on it long.
 func (p *Raft) wait(ctx context.Context, f raft.Future) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -57,20 +61,50 @@ func (p *Raft) wait(ctx context.Context, f raft.Future) error {
 	p.wmu.Lock()
 	if p.closing {
 		p.wmu.Unlock()
-		return fmt.Errorf("%w: closing", ErrShutdown)
+		return fmt.Errorf("%w (%w: closing with the entry in flight)", ErrShutdown, ErrUnknownOutcome)
 	}
 	p.waiters.Add(1)
 	p.wmu.Unlock()
-	go func() { // ends when Raft answers, at the latest at shutdown
+	go func() {
 		defer p.waiters.Done()
-		done <- f.Error()
+		done <- endsAtShutdown(f, p.shut).Error()
 	}()
 	select {
 	case err := <-done:
+		if errors.Is(err, raft.ErrRaftShutdown) {
+			// Raft answers a committed entry it has not applied this
+			// way too, and so does endsAtShutdown.
+			return fmt.Errorf("%w (%w: the entry may have been committed): %v", ErrShutdown, ErrUnknownOutcome, err)
+		}
 		return mapErr(err)
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %v", ErrUnknownOutcome, ctx.Err())
 	}
+}
+
+// endsAtShutdown makes f's Error return raft.ErrRaftShutdown once shut is
+// closed, and returns f. hashicorp/raft (v1.7.3) does not answer every
+// future when it shuts down: an Apply, Barrier or configuration change
+// that committed and waits in the queue to its FSM goroutine is dropped
+// when that goroutine sees the shutdown first (raft#498;
+// TestShutdownAnswersQueuedFutures), and its Error blocks for ever. Raft's futures
+// offer nothing else to wait on, but each embeds raft's deferError, whose
+// Error also returns once its exported ShutdownCh is closed — set by Raft
+// for its own internal futures only. It is set here, through reflection,
+// before Error is called (Raft itself never reads or writes it for these
+// futures). shut must be closed only once every goroutine of Raft has
+// ended: until then, Raft may still answer. A future without the field
+// (an errorFuture: already answered) is left as it is.
+func endsAtShutdown(f raft.Future, shut chan struct{}) raft.Future {
+	v := reflect.ValueOf(f)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return f
+	}
+	ch := v.Elem().FieldByName("ShutdownCh")
+	if ch.IsValid() && ch.CanSet() && ch.Type() == reflect.TypeOf(shut) && ch.IsNil() {
+		ch.Set(reflect.ValueOf(shut))
+	}
+	return f
 }
 
 func enqueueTimeout(ctx context.Context) time.Duration {
@@ -112,6 +146,11 @@ func (p *Raft) Await(ctx context.Context, f raft.ApplyFuture) (ticket.Result, er
 func (p *Raft) Barrier(ctx context.Context) error {
 	return p.wait(ctx, p.r.Barrier(enqueueTimeout(ctx)))
 }
+
+// Wait waits for any future of this Raft (a configuration change, a
+// leadership transfer) as Propose does: under ctx, its reader ending at
+// the latest with Raft's shutdown.
+func (p *Raft) Wait(ctx context.Context, f raft.Future) error { return p.wait(ctx, f) }
 
 // VerifyLeader confirms with a quorum that this node still leads.
 func (p *Raft) VerifyLeader(ctx context.Context) error {
