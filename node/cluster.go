@@ -572,7 +572,7 @@ func (cl *clusterNode) lead(ctx context.Context) {
 		cl.log.Warn("cluster.raft.max_voters is even; using the odd value below it", "max_voters", maxVoters)
 	}
 	r, err := reconcile.NewRunner(reconcile.RunnerConfig{
-		Raft: failClosedRaft{reconcile.NewRaftAdapter(rr, 5*time.Second), cl.life.retired.Load}, LocalID: cl.n.cfg.Cluster.Name, Members: func() []reconcile.Member { return cl.withRetired(cl.reconcileMembers(rr)) },
+		Raft: failClosedRaft{reconcile.NewRaftAdapter(rr, 5*time.Second).WithShutdownEnd(cl.n.endsAtShutdown), cl.life.retired.Load}, LocalID: cl.n.cfg.Cluster.Name, Members: func() []reconcile.Member { return cl.withRetired(cl.reconcileMembers(rr)) },
 		Limits:   reconcile.Limits{MaxVoters: maxVoters, MaxStandbys: cl.n.cfg.Cluster.Raft.MaxStandbys},
 		Debounce: cl.n.cfg.Cluster.Raft.ReconcileDebounce, Logger: cl.log.With("component", "reconcile"),
 		Progress: cl.progress(ctx), StableFor: cl.stableFor,

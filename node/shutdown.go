@@ -33,3 +33,12 @@ func (n *Node) handOffLeadership() {
 		n.log.Warn("stopping: leadership transfer did not finish in time; stopping anyway", "timeout", handOffTimeout)
 	}
 }
+
+// endsAtShutdown makes f's Error return at the latest once Raft's shutdown
+// has ended (consensus.Raft.EndsAtShutdown), for a goroutine that waits on
+// a Raft future itself (the reconciler): the node's stop waits for it.
+func (n *Node) endsAtShutdown(f raft.Future) {
+	if c := n.cons.Load(); c != nil {
+		c.EndsAtShutdown(f)
+	}
+}

@@ -147,6 +147,11 @@ func (p *Raft) Barrier(ctx context.Context) error {
 	return p.wait(ctx, p.r.Barrier(enqueueTimeout(ctx)))
 }
 
+// EndsAtShutdown makes f's Error return raft.ErrRaftShutdown at the
+// latest once this Raft's shutdown has ended (endsAtShutdown), for a
+// caller that waits on a future of it without Wait.
+func (p *Raft) EndsAtShutdown(f raft.Future) { endsAtShutdown(f, p.shut) }
+
 // Wait waits for any future of this Raft (a configuration change, a
 // leadership transfer) as Propose does: under ctx, its reader ending at
 // the latest with Raft's shutdown.

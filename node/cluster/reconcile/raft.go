@@ -21,6 +21,10 @@ var ErrNotNonvoter = errors.New("reconcile: promote needs an existing non-voter"
 type RaftAdapter struct {
 	r       *raft.Raft
 	timeout time.Duration
+	// endsAtShutdown, when set, makes a future's Error return once Raft
+	// has shut down (consensus.Raft.EndsAtShutdown: Raft may never answer
+	// a change that committed just before).
+	endsAtShutdown func(raft.Future)
 
 	mu    sync.Mutex
 	index uint64              // configuration index of the last GetConfiguration
@@ -63,9 +67,19 @@ func (a *RaftAdapter) prev() uint64 {
 	return a.index
 }
 
+// WithShutdownEnd sets what makes a change's future end at Raft's
+// shutdown (consensus.Raft.EndsAtShutdown) and returns a.
+func (a *RaftAdapter) WithShutdownEnd(ends func(raft.Future)) *RaftAdapter {
+	a.endsAtShutdown = ends
+	return a
+}
+
 // change waits for f and remembers the index of the new configuration
 // entry for the next change's prevIndex (forgets it on a failure).
 func (a *RaftAdapter) change(what, id string, f raft.IndexFuture) error {
+	if a.endsAtShutdown != nil {
+		a.endsAtShutdown(f)
+	}
 	if err := f.Error(); err != nil {
 		a.mu.Lock()
 		a.index, a.seen = 0, nil

@@ -329,3 +329,23 @@ func TestRaftAdapterOps(t *testing.T) {
 	// re-planned change goes through.
 	step("remove r3", func() error { return a.Remove("r3") }, map[string]raft.ServerSuffrage{"r1": raft.Voter})
 }
+
+// A change's future goes through the shutdown end the adapter was given
+// before anyone waits on it (hashicorp/raft may never answer a change
+// that committed just before it shut down; consensus.Raft.EndsAtShutdown
+// then ends the wait, and the node's stop does not hang on the
+// reconciler).
+func TestAdapterChangeEndsAtShutdown(t *testing.T) {
+	c := newRaftCluster(t, 2, "a")
+	var seen []raft.Future
+	a := NewRaftAdapter(c.rafts["r1"], time.Second).WithShutdownEnd(func(f raft.Future) { seen = append(seen, f) })
+	if _, err := a.GetConfiguration(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AddNonvoter("r2", "r2"); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 1 {
+		t.Fatalf("%d futures went through the shutdown end, want the change's", len(seen))
+	}
+}
