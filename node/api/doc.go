@@ -5,7 +5,11 @@
 //
 // Invariants:
 //   - Every answer other than /metrics is JSON; every error is
-//     {"error": code, "message": text} (503 adds the stage and reason).
+//     {"error": code, "message": text} (503 adds the stage and reason;
+//     429 the reason: node_cap, caller_share or node_share).
+//   - A request that passes the token check marks its connection
+//     authenticated (node/api/connlimit); the health listener
+//     (Options.HealthOnly) serves /livez, /readyz and /metrics alone.
 //   - Bad input (path, method, body, fields, types, fractions, unknown
 //     fields, bodies over 64 KiB) is a 4xx that reaches no Backend method,
 //     so it changes nothing.
