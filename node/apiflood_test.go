@@ -2,8 +2,12 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -345,5 +349,53 @@ func TestHealthListener(t *testing.T) {
 	http.DefaultClient.CloseIdleConnections()
 	if v := metricValue(t, health, `api_connections{class="unauthenticated",listener="health"}`); v == "" {
 		t.Fatal("the health listener's connections are not in /metrics")
+	}
+}
+
+// lineCounter counts log lines holding a string.
+type lineCounter struct {
+	want string
+	n    atomic.Int64
+}
+
+func (w *lineCounter) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), w.want) {
+		w.n.Add(1)
+	}
+	return len(p), nil
+}
+
+// Issue 23 (rate-limited logs where an outsider causes them): 200
+// connections speaking plain HTTP to the TLS API log a burst of
+// "TLS handshake error" lines, not one each; the rest are counted.
+func TestAPIHandshakeErrorsRateLimited(t *testing.T) {
+	dir := t.TempDir()
+	ca, caKey := makeCert(t, nil, nil, "test CA", true)
+	srv, srvKey := makeCert(t, ca, caKey, "127.0.0.1", false)
+	cfg := testConfig(t, dir+"/data")
+	cfg.API.TLS = APITLSConfig{Enabled: true,
+		CertFile: writeFile(t, dir, "srv.pem", pemCert(srv), 0o600),
+		KeyFile:  writeFile(t, dir, "srv.key", pemKey(t, srvKey), 0o600)}
+	lines := &lineCounter{want: "TLS handshake error"}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+	t.Cleanup(tr.CloseIdleConnections)
+	tn := startNode(t, cfg, Deps{Logger: slog.New(slog.NewTextHandler(lines, nil))}, client.WithHTTPClient(&http.Client{Transport: tr}))
+	addr := strings.TrimPrefix(tn.url, "https://")
+	for range 200 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprint(c, "GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
+		_, _ = io.ReadAll(c) // the server's plain 400, then its close
+		c.Close()
+	}
+	if n := lines.n.Load(); n < 1 || n > 2 {
+		t.Fatalf("200 plain-HTTP connections to the TLS API logged %d handshake lines, want a burst of 1 (and at most a summary)", n)
+	}
+	if _, err := tn.c.Ready(bg); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -6,14 +6,17 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"log/slog"
+	"log"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/tckclk/tckclk/internal/config"
+	"github.com/tckclk/tckclk/internal/lograte"
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/api/connlimit"
 )
@@ -21,9 +24,10 @@ import (
 // apiServer is the running HTTP API: the main listener and, with
 // api.health_addr, the health listener.
 type apiServer struct {
-	srvs []*http.Server
-	errc chan error // a Serve's failure (never ErrServerClosed)
-	wg   sync.WaitGroup
+	srvs   []*http.Server
+	errLog *lograte.Logger // the servers' ErrorLog lines, rate-limited
+	errc   chan error      // a Serve's failure (never ErrServerClosed)
+	wg     sync.WaitGroup
 }
 
 // The health listener's own limits (api.health_addr): probes and
@@ -71,10 +75,10 @@ func (n *Node) startAPI(ln, healthLn net.Listener) (*apiServer, error) {
 	if until, cause := n.hold.until, n.hold.cause; !until.IsZero() {
 		n.log.Warn("refusing Grant and Expire until the hold-off instant", "until", until.UTC().Format(time.RFC3339Nano), "cause", cause)
 	}
-	s := &apiServer{errc: make(chan error, 2)}
+	s := &apiServer{errc: make(chan error, 2), errLog: lograte.New(n.log.With("component", "http"), lograte.Config{})}
 	opts := api.Options{Backend: n, Metrics: n.metrics, Gatherer: n.reg,
 		ClientToken: n.secrets.client, AdminToken: n.secrets.admin, Logger: n.log}
-	s.serve(ln, n.httpServer(api.NewHandler(opts), lim, "http", a.IdleTimeout))
+	s.serve(ln, n.httpServer(api.NewHandler(opts), lim, s.errLog, a.IdleTimeout))
 	n.log.Info("API listening", "addr", ln.Addr().String(), "max_conns", a.MaxConns, "reserved_conns", a.ReservedConns,
 		"max_conns_per_source", a.MaxConnsPerSource, "read_header_timeout", a.ReadHeaderTimeout,
 		"idle_timeout", a.IdleTimeout, "unauthenticated_idle_timeout", a.UnauthIdleTimeout)
@@ -84,7 +88,7 @@ func (n *Node) startAPI(ln, healthLn net.Listener) (*apiServer, error) {
 		hlim := connlimit.New(connlimit.Config{MaxConns: healthMaxConns, PerSource: healthPerSource,
 			UnauthIdle: a.UnauthIdleTimeout}, connMetrics, "health")
 		opts.HealthOnly = true
-		s.serve(hlim.Listener(healthLn), n.httpServer(api.NewHandler(opts), hlim, "http-health", a.UnauthIdleTimeout))
+		s.serve(hlim.Listener(healthLn), n.httpServer(api.NewHandler(opts), hlim, s.errLog, a.UnauthIdleTimeout))
 		n.log.Info("health listener serving /livez, /readyz and /metrics", "addr", healthLn.Addr().String())
 	}
 	return s, nil
@@ -93,7 +97,7 @@ func (n *Node) startAPI(ln, healthLn net.Listener) (*apiServer, error) {
 // httpServer is one listener's server: the limiter's hooks and the
 // api timeouts. A blocking grant or watch lifts its own deadlines
 // (api.longer), so the timeouts do not cut long waits.
-func (n *Node) httpServer(h http.Handler, lim *connlimit.Limiter, component string, idle time.Duration) *http.Server {
+func (n *Node) httpServer(h http.Handler, lim *connlimit.Limiter, errLog *lograte.Logger, idle time.Duration) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ConnState:         lim.ConnState,
@@ -103,8 +107,37 @@ func (n *Node) httpServer(h http.Handler, lim *connlimit.Limiter, component stri
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       idle,
 		MaxHeaderBytes:    16 << 10,
-		ErrorLog:          slog.NewLogLogger(n.log.With("component", component).Handler(), slog.LevelWarn),
+		ErrorLog:          log.New(httpErrorLog{errLog}, "", 0),
 	}
+}
+
+// httpErrorLog carries the net/http servers' own lines (a failed TLS
+// handshake, a malformed request: one per connection an outsider opens)
+// to the log through lograte, one burst per kind of line and a count of
+// the rest (internal/lograte).
+type httpErrorLog struct{ rl *lograte.Logger }
+
+func (w httpErrorLog) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	w.rl.Warn(httpLineKind(line), "http server", "line", line)
+	return len(p), nil
+}
+
+// httpLineKind is the kind of a net/http line: its text up to the remote
+// address or the first digit (never text a client chose), at most 48
+// bytes ("http: TLS handshake error").
+func httpLineKind(line string) string {
+	kind := line
+	if i := strings.Index(kind, " from "); i >= 0 {
+		kind = kind[:i]
+	}
+	if i := strings.IndexFunc(kind, unicode.IsDigit); i >= 0 {
+		kind = kind[:i]
+	}
+	if len(kind) > 48 {
+		kind = kind[:48]
+	}
+	return kind
 }
 
 func (s *apiServer) serve(ln net.Listener, srv *http.Server) {
@@ -126,6 +159,7 @@ func (s *apiServer) stop() {
 		}
 	}
 	s.wg.Wait()
+	s.errLog.Close() // reports what it still counts
 }
 
 // isLoopback reports whether addr is a loopback TCP address.
