@@ -55,8 +55,10 @@ func (b *buildSet) path(t *testing.T, name string, args ...string) string {
 
 // built: ticketd and tckclk-agent; builtFaults: ticketd with -tags
 // tckclk_testfaults (testfaults.go: a wall-clock offset and the broken
-// expiry from the environment).
-var built, builtFaults buildSet
+// expiry from the environment); builtCtl: ticketctl (the operator's side
+// of a rolling restart); builtUpgrade: ticketd again with another
+// revision in --version (the new build of a rolling upgrade).
+var built, builtFaults, builtCtl, builtUpgrade buildSet
 
 // binary returns the path of a command of this module (ticketd,
 // tckclk-agent), building both on first use.
@@ -70,7 +72,7 @@ func faultsBinary(t *testing.T) string {
 }
 
 func removeBinaries() {
-	for _, dir := range []string{built.dir, builtFaults.dir} {
+	for _, dir := range []string{built.dir, builtFaults.dir, builtCtl.dir, builtUpgrade.dir} {
 		if dir != "" {
 			os.RemoveAll(dir)
 		}
@@ -120,17 +122,27 @@ func spawn(t *testing.T, name string, args ...string) (*exec.Cmd, io.ReadCloser)
 // with childEnv plus env and returns its stderr pipe.
 func spawnArgv(t *testing.T, env, argv []string) (*exec.Cmd, io.ReadCloser) {
 	t.Helper()
+	cmd, stderr, err := startArgv(env, argv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd, stderr
+}
+
+// startArgv is spawnArgv returning its error (for a goroutine other than
+// the test's, which may not fail it).
+func startArgv(env, argv []string) (*exec.Cmd, io.ReadCloser, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(childEnv(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the test binary
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
-	return cmd, stderr
+	return cmd, stderr, nil
 }
 
 // startProc starts ticketd with args (plus JSON logging) and waits until it
@@ -148,7 +160,34 @@ func startProcArgv(t *testing.T, env, argv0 []string, args ...string) (p *proc, 
 	t.Helper()
 	argv := append(append(append([]string(nil), argv0...), args...), "--log.format", "json")
 	cmd, stderr := spawnArgv(t, env, argv)
-	p = &proc{cmd: cmd, done: make(chan error, 1), tr: &http.Transport{MaxIdleConnsPerHost: 64}, failedCh: make(chan failedEvent, 1)}
+	p, addrCh := newProc(cmd, stderr)
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			<-p.done
+		}
+		p.tr.CloseIdleConnections()
+		if t.Failed() {
+			t.Logf("ticketd %v log:\n%s", args, p.logText())
+		}
+	})
+	select {
+	case p.addr = <-addrCh:
+	case err := <-p.done:
+		p.done <- err
+		return p, false
+	case <-time.After(30 * time.Second):
+		t.Fatal("ticketd did not report its address")
+	}
+	p.c, _ = client.New(p.addr, client.WithHTTPClient(&http.Client{Transport: p.tr, Timeout: 10 * time.Second}))
+	return p, true
+}
+
+// newProc reads the JSON log of a started ticketd (cmd, its stderr) into a
+// proc, whose done gets Wait's result once the process exited and its log
+// is read; the address it reports listening on comes on the channel.
+func newProc(cmd *exec.Cmd, stderr io.Reader) (*proc, <-chan string) {
+	p := &proc{cmd: cmd, done: make(chan error, 1), tr: &http.Transport{MaxIdleConnsPerHost: 64}, failedCh: make(chan failedEvent, 1)}
 	addrCh := make(chan string, 1)
 	logDone := make(chan struct{})
 	go func() {
@@ -176,26 +215,7 @@ func startProcArgv(t *testing.T, env, argv0 []string, args ...string) (p *proc, 
 		<-logDone
 		p.done <- cmd.Wait()
 	}()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-p.done
-		}
-		p.tr.CloseIdleConnections()
-		if t.Failed() {
-			t.Logf("ticketd %v log:\n%s", args, p.logText())
-		}
-	})
-	select {
-	case p.addr = <-addrCh:
-	case err := <-p.done:
-		p.done <- err
-		return p, false
-	case <-time.After(30 * time.Second):
-		t.Fatal("ticketd did not report its address")
-	}
-	p.c, _ = client.New(p.addr, client.WithHTTPClient(&http.Client{Transport: p.tr, Timeout: 10 * time.Second}))
-	return p, true
+	return p, addrCh
 }
 
 func (p *proc) logText() string {
