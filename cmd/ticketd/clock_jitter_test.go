@@ -91,12 +91,31 @@ func TestBlackBoxJitteryAgent(t *testing.T) {
 	if err := p.waitReady(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}
+	grants := serveThroughJitter(t, p, run, func() string { return fmt.Sprintf("%d answers, %d delayed", n.Load(), delayed.Load()) })
+	st, err := p.c.Status(context.Background())
+	if err != nil || !st.Clock.Healthy || st.Clock.LastSample == nil || st.Clock.LastSample.RTTMs > 125 {
+		t.Fatalf("clock status %+v (%v)", st.Clock, err)
+	}
+	slow, incomplete := checkTriedAgain(t, p, delayed.Load())
+	t.Logf("%v of jitter: %d answers, %d delayed 200 ms; %v slow and %v incomplete exchanges tried again; %d grants served, healthy throughout",
+		run, n.Load(), delayed.Load(), slow, incomplete, grants)
+
+	start := time.Now()
+	lying.Store(true)
+	awaitFailedAtOnce(t, p, start, "the agent began to lie")
+}
+
+// serveThroughJitter grants through p every 250 ms for run and fails the
+// test at a FAILED line or a refused grant (what says how far the jitter
+// got); then /readyz must answer 200. It returns the grants served.
+func serveThroughJitter(t *testing.T, p *proc, run time.Duration, what func() string) int {
+	t.Helper()
 	end := time.Now().Add(run)
 	grants := 0
 	for i := 0; time.Now().Before(end); i++ {
 		select {
 		case ev := <-p.failedCh:
-			t.Fatalf("FAILED (%s) %v into the jitter (%d answers, %d delayed)", ev.reason, run-time.Until(end), n.Load(), delayed.Load())
+			t.Fatalf("FAILED (%s) %v into the jitter (%s)", ev.reason, run-time.Until(end), what())
 		case <-time.After(250 * time.Millisecond): // the pace of the grants below, not a synchronisation
 		}
 		if _, err := p.c.Grant(context.Background(), fmt.Sprintf("jitter-%d", i), "h", 1); err != nil {
@@ -107,35 +126,40 @@ func TestBlackBoxJitteryAgent(t *testing.T) {
 	if _, err := p.c.Ready(context.Background()); err != nil {
 		t.Fatalf("/readyz after %v of jitter: %v", run, err)
 	}
-	slow := metricValue(t, p, `clock_exchanges_total{result="slow"}`)
-	st, err := p.c.Status(context.Background())
-	if err != nil || !st.Clock.Healthy || st.Clock.LastSample == nil || st.Clock.LastSample.RTTMs > 125 {
-		t.Fatalf("clock status %+v (%v)", st.Clock, err)
-	}
-	// Every delayed answer is a slow exchange (or, past the 500 ms deadline
-	// on a starved machine, an incomplete one); a loaded machine can slow
-	// others too — the burst is there for both.
-	incomplete := metricValue(t, p, `clock_exchanges_total{result="incomplete"}`)
-	if delayed.Load() == 0 || slow < 1 || slow+incomplete < float64(delayed.Load()-1) { // one may be in flight
-		t.Fatalf("%d answers delayed, clock_exchanges_total slow %v + incomplete %v: want at least one slow, and as many tried again as delayed",
-			delayed.Load(), slow, incomplete)
-	}
-	t.Logf("%v of jitter: %d answers, %d delayed 200 ms; %v slow and %v incomplete exchanges tried again; %d grants served, healthy throughout",
-		run, n.Load(), delayed.Load(), slow, incomplete, grants)
+	return grants
+}
 
-	start := time.Now()
-	lying.Store(true)
+// checkTriedAgain: every delayed answer is a slow exchange (or, past the
+// 500 ms deadline on a starved machine, an incomplete one) that the burst
+// tried again; a loaded machine can slow others too — the burst is there
+// for both. It returns p's slow and incomplete exchange counts.
+func checkTriedAgain(t *testing.T, p *proc, delayed int64) (slow, incomplete float64) {
+	t.Helper()
+	slow = metricValue(t, p, `clock_exchanges_total{result="slow"}`)
+	incomplete = metricValue(t, p, `clock_exchanges_total{result="incomplete"}`)
+	if delayed == 0 || slow < 1 || slow+incomplete < float64(delayed-1) { // one may be in flight
+		t.Fatalf("%d answers delayed, clock_exchanges_total slow %v + incomplete %v: want at least one slow, and as many tried again as delayed",
+			delayed, slow, incomplete)
+	}
+	return slow, incomplete
+}
+
+// awaitFailedAtOnce: p goes FAILED (mac) within a round's interval and
+// exchange deadline (+ detectAllowance) of start, when the agent's answers
+// began to carry a bad MAC (what), and then refuses a grant with 503 mac.
+func awaitFailedAtOnce(t *testing.T, p *proc, start time.Time, what string) {
+	t.Helper()
 	var ev failedEvent
 	select {
 	case ev = <-p.failedCh:
 	case <-time.After(10 * time.Second):
-		t.Fatal("a lying agent did not fail the node")
+		t.Fatalf("no FAILED within 10 s after %s", what)
 	}
 	if took := ev.at.Sub(start); ev.reason != string(protocol.ReasonMAC) || took > 1500*time.Millisecond+detectAllowance {
-		t.Fatalf("FAILED (%s) %v after the agent began to lie; want mac within interval + timeout + %v", ev.reason, took, detectAllowance)
+		t.Fatalf("FAILED (%s) %v after %s; want mac within interval + timeout + %v", ev.reason, took, what, detectAllowance)
 	}
 	var ce *client.Error
 	if _, err := p.c.Grant(context.Background(), "after", "h", 1); !errors.As(err, &ce) || ce.StatusCode != 503 || ce.Reason != "mac" {
-		t.Fatalf("grant after the lie: %v", err)
+		t.Fatalf("grant after FAILED (mac): %v", err)
 	}
 }
