@@ -37,6 +37,8 @@ func entrySeeds() [][]byte {
 		{Op: ticket.OpGrant, NowMs: now, RecvMs: now, Name: "b", Holder: " spaced holder ", LeaseS: 1, ExpiryMs: now + 1000 + 500},
 		{Op: ticket.OpExpire, NowMs: now, Name: "a", Token: 7},
 		{Op: ticket.OpRetire, NowMs: now, NodeID: "node-3.dc_1"},
+		{Op: ticket.OpRevoke, NowMs: now, Name: "a"},
+		{Op: ticket.OpRevoke, NowMs: now, Name: "db.migrate:1", Token: 1<<48 | 7},
 	} {
 		b, err := ticket.EncodeEntry(&e)
 		if err != nil {

@@ -56,7 +56,7 @@ func naiveEntry(data []byte) (ticket.Entry, naiveKind) {
 	if len(data) == 0 {
 		return e, "format"
 	}
-	if data[0] != 1 && data[0] != 2 { // 2 added Retire (op 6), its only version-2 op
+	if data[0] < 1 || data[0] > 3 { // 2 added Retire (op 6), 3 Revoke (op 7), each its version's only op
 		return e, "version"
 	}
 	if len(data) < 14 {
@@ -111,11 +111,27 @@ func naiveEntry(data []byte) (ticket.Entry, naiveKind) {
 		get(u64(&e.Token))
 	case 6:
 		get(str(&e.NodeID))
+	case 7:
+		get(str(&e.Name))
+		get(u64(&e.Token))
 	default:
 		return ticket.Entry{}, "format"
 	}
-	if !ok || len(rest) != 0 || (e.Op == 6) != (body[0] == 2) {
+	version := byte(1)
+	switch e.Op {
+	case 6:
+		version = 2
+	case 7:
+		version = 3
+	}
+	if !ok || len(rest) != 0 || body[0] != version {
 		return ticket.Entry{}, "format"
+	}
+	if e.Op == 7 { // any token: 0 revokes whoever holds it
+		if !naiveName.MatchString(e.Name) {
+			return ticket.Entry{}, "format"
+		}
+		return e, ""
 	}
 	if e.Op == 6 {
 		if !naiveRetiredID.MatchString(e.NodeID) {
@@ -147,13 +163,15 @@ func naiveEntry(data []byte) (ticket.Entry, naiveKind) {
 }
 
 type naiveSnap struct {
-	delta, index uint64
-	raft         *ticket.Position // version 3
-	tickets      []ticket.Ticket
-	retired      []string
+	version         uint16
+	delta, index    uint64
+	raft            *ticket.Position // versions 3 and 4
+	epoch, maxToken uint64           // version 4 (earlier: 0 and the index)
+	tickets         []ticket.Ticket
+	retired         []string
 }
 
-// naivePosition reads version 3's Raft position and applies its rules
+// naivePosition reads the Raft position of versions 3 and 4 and applies its rules
 // (from the format comment and hashicorp/raft's checkConfiguration).
 func naivePosition(b *[]byte, cmdIndex uint64) (*ticket.Position, bool) {
 	var p ticket.Position
@@ -222,7 +240,8 @@ func naiveSnapshot(data []byte) (naiveSnap, naiveKind) {
 		return s, "format"
 	}
 	version := binary.BigEndian.Uint16(ver)
-	if version < 1 || version > 3 { // 2 added the retired NodeIds, 3 the Raft position
+	s.version = version
+	if version < 1 || version > 4 { // 2 added the retired NodeIds, 3 the Raft position, 4 the token epoch and flags
 		return s, "version"
 	}
 	hdr, ok := cut(&b, 16)
@@ -234,8 +253,19 @@ func naiveSnapshot(data []byte) (naiveSnap, naiveKind) {
 	if s.delta < 2 || s.delta > 60000 {
 		return s, "delta"
 	}
-	if version == 3 {
+	if version >= 3 {
 		if s.raft, ok = naivePosition(&b, s.index); !ok {
+			return s, "format"
+		}
+	}
+	s.maxToken = min(s.index, 1<<48-1)
+	if version == 4 {
+		var ok1, ok2 bool
+		s.epoch, ok1 = cutU64(&b)
+		s.maxToken, ok2 = cutU64(&b)
+		// token = epoch<<48 | index: the highest one is at most the
+		// epoch's token at the command index (capped at 2^48 − 1).
+		if !ok1 || !ok2 || s.epoch > 0xffff || s.maxToken > s.epoch<<48|min(s.index, 1<<48-1) {
 			return s, "format"
 		}
 	}
@@ -254,7 +284,11 @@ func naiveSnapshot(data []byte) (naiveSnap, naiveKind) {
 			return s, "format"
 		}
 		t.Holder, ok2 = cutStr(&b)
-		rec, ok3 := cut(&b, 25)
+		recLen := 25
+		if version == 4 {
+			recLen = 26
+		}
+		rec, ok3 := cut(&b, recLen)
 		if !ok2 {
 			return s, "format"
 		}
@@ -265,7 +299,13 @@ func naiveSnapshot(data []byte) (naiveSnap, naiveKind) {
 		t.LeaseS = rec[8]
 		t.ValidBeforeMs = binary.BigEndian.Uint64(rec[9:17])
 		t.ExpiryMs = binary.BigEndian.Uint64(rec[17:25])
-		if !naiveHolder.MatchString(t.Holder) || t.Token == 0 || t.Token > s.index || t.LeaseS < 1 || t.LeaseS > 250 ||
+		if version == 4 {
+			if rec[25] > 1 {
+				return s, "format"
+			}
+			t.Revoked = rec[25] == 1
+		}
+		if !naiveHolder.MatchString(t.Holder) || t.Token == 0 || t.Token > s.maxToken || t.LeaseS < 1 || t.LeaseS > 250 ||
 			t.ValidBeforeMs > ^uint64(0)-s.delta || t.ExpiryMs < t.ValidBeforeMs+s.delta {
 			return s, "format"
 		}

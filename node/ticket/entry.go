@@ -10,17 +10,21 @@ import (
 )
 
 // EntryVersion is the newest log-entry format this code writes and reads.
-// Version 2 added OpRetire (SPEC §3.4); it reads version 1 too. Each entry
-// is written in the oldest version that has its op (versionFor), so a node
-// of the previous release keeps reading everything but a Retire entry, and
-// every accepted entry re-encodes to the same bytes. Any other version
-// stops the node (SPEC §4: never a skip).
-const EntryVersion = 2
+// Version 2 added OpRetire (SPEC §3.4), version 3 OpRevoke (SPEC §4); it
+// reads versions 1 and 2 too. Each entry is written in the oldest version
+// that has its op (versionFor), so a node of the previous release keeps
+// reading everything but the ops it does not know, and every accepted
+// entry re-encodes to the same bytes. Any other version stops the node
+// (SPEC §4: never a skip).
+const EntryVersion = 3
 
 // versionFor is the version an entry with op is written in.
 func versionFor(op Op) byte {
-	if op == OpRetire {
+	switch op {
+	case OpRetire:
 		return 2
+	case OpRevoke:
+		return 3
 	}
 	return 1
 }
@@ -38,6 +42,9 @@ const (
 	// OpRetire records a NodeId whose clock FAILED after it joined (SPEC
 	// §3.4): never added to the configuration again (entry version 2).
 	OpRetire Op = 6
+	// OpRevoke is an administrator's Revoke (SPEC §4): the holder can no
+	// longer Renew; the ticket frees at its expiry (entry version 3).
+	OpRevoke Op = 7
 )
 
 func (o Op) String() string {
@@ -54,6 +61,8 @@ func (o Op) String() string {
 		return "expire"
 	case OpRetire:
 		return "retire"
+	case OpRevoke:
+		return "revoke"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
@@ -91,9 +100,10 @@ func entryErr(kind error, format string, args ...any) *DecodeError {
 //	Release Name Holder Token
 //	Expire  Name Token
 //	Retire  NodeID
+//	Revoke  Name Token (0: whoever holds it at the entry's now)
 //
 // NowMs is the proposer's wall time in ms: rounded up for Grant and Renew,
-// rounded down for Expire. RecvMs is the wall ms (rounded down) at which the
+// rounded down for Expire and Revoke. RecvMs is the wall ms (rounded down) at which the
 // proposer received the request; the client's conservative bound is
 // RecvMs + lease_s×1000. ExpiryMs = NowMs + lease_s×1000 + Δ, computed once
 // by the proposer and carried absolute.
@@ -137,6 +147,8 @@ func (e *Entry) Validate() error {
 		return nil
 	case OpRetire:
 		return ValidNodeID(e.NodeID)
+	case OpRevoke:
+		return ValidName(e.Name)
 	case OpGrant, OpRenew, OpRelease, OpExpire:
 	default:
 		return fmt.Errorf("unknown op %d", uint8(e.Op))
@@ -209,6 +221,9 @@ func appendEntry(b []byte, e *Entry) []byte {
 		b = binary.BigEndian.AppendUint64(b, e.Token)
 	case OpRetire:
 		b = appendStr(b, e.NodeID)
+	case OpRevoke:
+		b = appendStr(b, e.Name)
+		b = binary.BigEndian.AppendUint64(b, e.Token)
 	}
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
 }
@@ -252,6 +267,8 @@ func DecodeEntry(b []byte) (Entry, error) {
 		e.Name, e.Token = r.str(), r.u64()
 	case OpRetire:
 		e.NodeID = r.str()
+	case OpRevoke:
+		e.Name, e.Token = r.str(), r.u64()
 	default:
 		return Entry{}, entryErr(ErrFormat, "unknown op %d", body[1])
 	}

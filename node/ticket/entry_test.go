@@ -14,6 +14,8 @@ func validEntries() []Entry {
 		{Op: OpRenew, NowMs: 1700000000100, RecvMs: 1700000000100, Name: "a", Holder: "h", Token: 7, LeaseS: 250, ExpiryMs: 1700000000100 + 250000 + 2},
 		{Op: OpRelease, NowMs: 5, Name: strings.Repeat("n", 128), Holder: strings.Repeat("~", 128), Token: 1 << 62},
 		{Op: OpExpire, NowMs: 99, Name: "Z9", Token: 3},
+		{Op: OpRevoke, NowMs: 1700000000200, Name: "db.migrate:1", Token: 0},
+		{Op: OpRevoke, NowMs: 7, Name: "a", Token: TokenFor(3, 12)},
 	}
 }
 
@@ -59,7 +61,8 @@ func TestDecodeEntryRefuses(t *testing.T) {
 	}{
 		{"empty", nil, ErrFormat, "empty"},
 		{"version 0", edit(func(b []byte) []byte { b[0] = 0; return reseal(b) }), ErrVersion, "version 0"},
-		{"version 3", edit(func(b []byte) []byte { b[0] = 3; return reseal(b) }), ErrVersion, "version 3"},
+		{"version 4", edit(func(b []byte) []byte { b[0] = 4; return reseal(b) }), ErrVersion, "version 4"},
+		{"grant as version 3", edit(func(b []byte) []byte { b[0] = 3; return reseal(b) }), ErrFormat, "grant is a version-1 entry"},
 		{"grant as version 2", edit(func(b []byte) []byte { b[0] = 2; return reseal(b) }), ErrFormat, "grant is a version-1 entry"},
 		{"version 9 unsealed", edit(func(b []byte) []byte { b[0] = 9; return b }), ErrVersion, "version 9"},
 		{"short", good[:8], ErrFormat, "shorter"},

@@ -12,7 +12,7 @@ import (
 type Ticket struct {
 	Name   string
 	Holder string
-	Token  uint64 // Raft index of the Grant entry
+	Token  uint64 // TokenFor(epoch, Raft index of the Grant entry)
 	LeaseS uint8
 	// ValidBeforeMs is conservative_valid_before_unix_ms: the proposer's
 	// receive time (rounded down) + lease_s×1000, never + Δ.
@@ -20,6 +20,10 @@ type Ticket struct {
 	// ExpiryMs is server_expiry_unix_ms: now (rounded up) + lease_s×1000 + Δ,
 	// absolute, never recomputed.
 	ExpiryMs uint64
+	// Revoked: an administrator revoked it (SPEC §4). The holder can no
+	// longer Renew; it frees at ExpiryMs (Expire) or by its holder's
+	// Release, never earlier.
+	Revoked bool
 }
 
 // Code is the outcome of applying one entry.
@@ -38,9 +42,11 @@ const (
 	CodeNoDelta                 // Grant/Renew before Δ was recorded
 	CodeBadExpiry               // entry expiry ≠ now + lease_s×1000 + the replicated Δ
 	CodeFatal
+	CodeRevoked    // Renew, or the holder's own Grant, of a revoked ticket
+	CodeTokenSpace // Grant at a Raft index above MaxTokenIndex: the epoch is full
 )
 
-var codeNames = [...]string{"ok", "existing", "held", "not_held", "wrong_holder", "wrong_token", "lease_over", "noop", "no_delta", "bad_expiry", "fatal"}
+var codeNames = [...]string{"ok", "existing", "held", "not_held", "wrong_holder", "wrong_token", "lease_over", "noop", "no_delta", "bad_expiry", "fatal", "revoked", "token_space"}
 
 func (c Code) String() string {
 	if int(c) < len(codeNames) {
@@ -89,13 +95,15 @@ type item struct {
 
 // FSM is the ticket state machine. Build it with New.
 type FSM struct {
-	mu      sync.RWMutex
-	expect  uint64 // this node's configured Δ
-	delta   uint64 // replicated Δ; 0 until the Init entry
-	index   uint64 // last applied command index
-	tickets map[string]*item
-	heap    []*item         // min-heap on ExpiryMs, for the leader's expiry loop
-	retired map[string]bool // NodeIds retired by OpRetire (SPEC §3.4)
+	mu       sync.RWMutex
+	expect   uint64 // this node's configured Δ
+	delta    uint64 // replicated Δ; 0 until the Init entry
+	index    uint64 // last applied command index
+	epoch    uint64 // token epoch (token.go)
+	maxToken uint64 // highest token issued (HighestToken)
+	tickets  map[string]*item
+	heap     []*item         // min-heap on ExpiryMs, for the leader's expiry loop
+	retired  map[string]bool // NodeIds retired by OpRetire (SPEC §3.4)
 	// freed is the index of the last Release or Expire that applied (any
 	// name): the modify index reported for a ticket nobody holds.
 	freed    uint64
@@ -171,15 +179,22 @@ func (f *FSM) apply(index uint64, e *Entry) Result {
 			return r
 		}
 		if cur != nil && cur.ExpiryMs > e.NowMs {
-			if cur.Holder == e.Holder {
-				return Result{Code: CodeExisting, Ticket: cur.Ticket}
+			switch {
+			case cur.Holder != e.Holder:
+				return Result{Code: CodeHeld, Ticket: cur.Ticket}
+			case cur.Revoked:
+				return Result{Code: CodeRevoked, Ticket: cur.Ticket}
 			}
-			return Result{Code: CodeHeld, Ticket: cur.Ticket}
+			return Result{Code: CodeExisting, Ticket: cur.Ticket}
+		}
+		if index > MaxTokenIndex {
+			return Result{Code: CodeTokenSpace}
 		}
 		t := Ticket{
-			Name: e.Name, Holder: e.Holder, Token: index, LeaseS: e.LeaseS,
+			Name: e.Name, Holder: e.Holder, Token: TokenFor(f.epoch, index), LeaseS: e.LeaseS,
 			ValidBeforeMs: e.RecvMs + uint64(e.LeaseS)*1000, ExpiryMs: e.ExpiryMs,
 		}
+		f.maxToken = t.Token
 		if cur != nil {
 			cur.Ticket, cur.mod = t, index
 			f.fix(cur.hidx)
@@ -193,6 +208,9 @@ func (f *FSM) apply(index uint64, e *Entry) Result {
 	case OpRenew:
 		if r, ok := f.checkHolder(cur, e); !ok {
 			return r
+		}
+		if cur.Revoked {
+			return Result{Code: CodeRevoked, Ticket: cur.Ticket}
 		}
 		if e.NowMs >= cur.ExpiryMs {
 			return Result{Code: CodeLeaseOver, Ticket: cur.Ticket}
@@ -225,6 +243,21 @@ func (f *FSM) apply(index uint64, e *Entry) Result {
 		}
 		f.remove(cur)
 		f.freed = index
+		f.changed(e.Name)
+		return Result{Code: CodeOK, Ticket: cur.Ticket}
+	case OpRevoke:
+		// A ticket whose expiry has passed by the entry's now is free (a
+		// Grant would take it): nothing to revoke.
+		if cur == nil || cur.ExpiryMs <= e.NowMs {
+			return Result{Code: CodeNotHeld}
+		}
+		if e.Token != 0 && e.Token != cur.Token {
+			return Result{Code: CodeWrongToken, Ticket: cur.Ticket}
+		}
+		if cur.Revoked {
+			return Result{Code: CodeExisting, Ticket: cur.Ticket}
+		}
+		cur.Revoked, cur.mod = true, index
 		f.changed(e.Name)
 		return Result{Code: CodeOK, Ticket: cur.Ticket}
 	}
@@ -308,7 +341,7 @@ func (f *FSM) Get(name string) (Ticket, bool) {
 }
 
 // OnChange sets fn to be called, under the FSM's lock, after every entry
-// that changes a ticket (granted, renewed, released, expired) with its
+// that changes a ticket (granted, renewed, released, expired, revoked) with its
 // name, and with "" after a Restore (every ticket may have changed). fn
 // must not block and must not call back into the FSM. Set it before Raft
 // starts.

@@ -22,12 +22,15 @@ func (m *naive) step(index uint64, e Entry) Code {
 	switch e.Op {
 	case OpGrant:
 		if held && now(e) < cur.ExpiryMs {
-			if cur.Holder == e.Holder {
-				return CodeExisting
+			if cur.Holder != e.Holder {
+				return CodeHeld
 			}
-			return CodeHeld
+			if cur.Revoked {
+				return CodeRevoked
+			}
+			return CodeExisting
 		}
-		m.tickets[e.Name] = Ticket{e.Name, e.Holder, index, e.LeaseS, e.RecvMs + 1000*uint64(e.LeaseS), e.NowMs + 1000*uint64(e.LeaseS) + m.delta}
+		m.tickets[e.Name] = Ticket{e.Name, e.Holder, index, e.LeaseS, e.RecvMs + 1000*uint64(e.LeaseS), e.NowMs + 1000*uint64(e.LeaseS) + m.delta, false}
 		m.issued = index
 		return CodeOK
 	case OpRenew, OpRelease:
@@ -43,6 +46,9 @@ func (m *naive) step(index uint64, e Entry) Code {
 			delete(m.tickets, e.Name)
 			return CodeOK
 		}
+		if cur.Revoked {
+			return CodeRevoked
+		}
 		if now(e) >= cur.ExpiryMs {
 			return CodeLeaseOver
 		}
@@ -57,6 +63,18 @@ func (m *naive) step(index uint64, e Entry) Code {
 			return CodeOK
 		}
 		return CodeNoop
+	case OpRevoke:
+		switch {
+		case !held || now(e) >= cur.ExpiryMs:
+			return CodeNotHeld
+		case e.Token != 0 && e.Token != cur.Token:
+			return CodeWrongToken
+		case cur.Revoked:
+			return CodeExisting
+		}
+		cur.Revoked = true
+		m.tickets[e.Name] = cur
+		return CodeOK
 	}
 	panic("op")
 }
@@ -64,7 +82,9 @@ func (m *naive) step(index uint64, e Entry) Code {
 func now(e Entry) uint64 { return e.NowMs }
 
 // SPEC §4 as a property: the FSM agrees with the naive model on every
-// answer and every state; at most one holder per name at any entry time;
+// answer and every state, the highest token issued included; at most one
+// holder per name at any entry time; a revoked ticket is never renewed
+// and never freed before its expiry but by its holder's Release;
 // every new token is above every token ever issued (not only the ones held
 // now); no expiry ever moves later except by the holder's own successful
 // Renew; a holder that did not release loses its ticket only to an entry
@@ -129,6 +149,16 @@ func TestFSMModel(t *testing.T) {
 					rt.Fatalf("expiry of %s moved later (%d → %d) by %s %v", name, old.ExpiryMs, now.ExpiryMs, e.Op, r.Code)
 				}
 			}
+			// SPEC §4 (Revoke): the holder can no longer renew; the
+			// ticket frees at its expiry, never earlier.
+			if old, ok := before[e.Name]; ok && old.Revoked && r.Code == CodeOK {
+				switch {
+				case e.Op == OpRenew:
+					rt.Fatalf("revoked %s renewed by %s", e.Name, e.Holder)
+				case e.Op == OpExpire && e.NowMs < old.ExpiryMs, e.Op == OpGrant && e.NowMs < old.ExpiryMs:
+					rt.Fatalf("revoked %s freed by %s at %d before its expiry %d", e.Name, e.Op, e.NowMs, old.ExpiryMs)
+				}
+			}
 			if e.Op == OpGrant && r.Code == CodeOK {
 				if old, ok := before[e.Name]; ok && old.ExpiryMs > e.NowMs {
 					rt.Fatalf("second holder: %s granted to %s at %d while %s held it until %d", e.Name, e.Holder, e.NowMs, old.Holder, old.ExpiryMs)
@@ -174,11 +204,22 @@ func TestFSMModel(t *testing.T) {
 				name := rapid.SampledFrom(names).Draw(rt, "name")
 				run(rt, Entry{Op: OpExpire, NowMs: entryNow(rt), Name: name, Token: tokenFor(rt, name)})
 			},
+			"revoke": func(rt *rapid.T) {
+				name := rapid.SampledFrom(names).Draw(rt, "name")
+				var tok uint64 // any holder's
+				if rapid.Bool().Draw(rt, "bytoken") {
+					tok = tokenFor(rt, name)
+				}
+				run(rt, Entry{Op: OpRevoke, NowMs: entryNow(rt), Name: name, Token: tok})
+			},
 			"snapshot+restore": func(rt *rapid.T) {
 				s, err := h.f.Snapshot()
 				if err != nil {
 					rt.Fatalf("snapshot: %v", err)
 				}
+				// Version 4 (with a position) carries revocations and
+				// the highest token.
+				s.Raft = &Position{Index: h.idx, Term: 1, ConfigurationIndex: 1, Servers: []Server{{ID: "n1", Address: "a1"}}}
 				var a, b bytes.Buffer
 				if _, err := s.WriteTo(&a); err != nil {
 					rt.Fatalf("write: %v", err)
@@ -191,6 +232,7 @@ func TestFSMModel(t *testing.T) {
 				if err != nil {
 					rt.Fatalf("snapshot of the restored state: %v", err)
 				}
+				s2.Raft = s.Raft
 				if _, err := s2.WriteTo(&b); err != nil {
 					rt.Fatalf("write: %v", err)
 				}
@@ -209,6 +251,9 @@ func TestFSMModel(t *testing.T) {
 }
 
 func compare(rt *rapid.T, f *FSM, m *naive) {
+	if f.HighestToken() != m.issued {
+		rt.Fatalf("highest token %d, model %d", f.HighestToken(), m.issued)
+	}
 	got, _ := f.List("", 0)
 	if len(got) != len(m.tickets) {
 		rt.Fatalf("FSM holds %d tickets, model %d", len(got), len(m.tickets))

@@ -19,8 +19,9 @@ import (
 //	u16         version (1..=SnapshotVersion)
 //	u64         Δ ms
 //	u64         last applied command index
-//	version 3 only — the Raft position (Position): what Raft's metadata
-//	of the snapshot (its meta.json, an InstallSnapshot request) claims:
+//	versions 3 and 4 — the Raft position (Position): what Raft's
+//	metadata of the snapshot (its meta.json, an InstallSnapshot request)
+//	claims:
 //	  u64       Raft index of the last entry the state includes
 //	  u64       that entry's Raft term
 //	  u64       taken at (unix ms)
@@ -28,31 +29,38 @@ import (
 //	  u16       server count (≥ 1)
 //	  per server, in Raft's order: u8 suffrage (0 voter, 1 nonvoter,
 //	  2 staging); u16 len, ID; u16 len, address
+//	version 4 only:
+//	  u64       token epoch (0..=MaxTokenEpoch, token.go)
+//	  u64       highest token issued (≤ the epoch's token at the
+//	            command index; every ticket's token is ≤ it)
 //	u64         ticket count
 //	per ticket, names strictly increasing:
 //	  u8 len, name; u8 len, holder; u64 token; u8 lease_s;
 //	  u64 valid_before_ms; u64 expiry_ms
-//	versions 2 and 3 (SPEC §3.4):
-//	u64         retired NodeId count (version 2: ≥ 1; version 3: any)
+//	  version 4 only: u8 flags (bit 0: revoked; the others 0)
+//	versions 2, 3 and 4 (SPEC §3.4):
+//	u64         retired NodeId count (version 2: ≥ 1; versions 3, 4: any)
 //	per NodeId, strictly increasing: u8 len, NodeId
 //	u32         CRC-32C of every byte before it
 //
 // Nothing may follow the checksum. Every snapshot a node persists carries
-// its Raft position (version 3): node/consensus checks every field of
-// Raft's metadata against it before Raft opens, and an installed
-// snapshot's against the leader's request. A Snapshot without a position
-// (Raft nil) is written in the versions before it, 1 when no NodeId is
-// retired, else 2, which ReadSnapshot still reads (a node upgraded with
-// such a snapshot; the golden files); it refuses a version 2 with no
-// retired NodeId (not what WriteTo writes: every accepted snapshot
-// re-encodes to the same bytes).
+// its Raft position and is written in version 4: node/consensus checks
+// every field of Raft's metadata against it before Raft opens, and an
+// installed snapshot's against the leader's request. A Snapshot without a
+// position (Raft nil) is written in the versions before it, 1 when no
+// NodeId is retired, else 2, which ReadSnapshot still reads (a node
+// upgraded with such a snapshot; the golden files) — only while it holds
+// nothing they cannot carry (a token epoch, a revoked ticket); it refuses
+// a version 2 with no retired NodeId (not what WriteTo writes: every
+// accepted snapshot re-encodes to the same bytes). Versions 1 to 3 do not
+// carry the highest token: read, it is the bound of their command index.
 const (
 	SnapshotMagic   = "TCKTSNAP"
-	SnapshotVersion = 3
+	SnapshotVersion = 4
 )
 
 // Position is where in the Raft log a snapshot was taken and under which
-// configuration (version 3). Raft's own metadata of the snapshot must
+// configuration (versions 3 and 4). Raft's own metadata of the snapshot must
 // claim exactly this; the snapshot's checksum covers it with the state.
 type Position struct {
 	Index, Term uint64 // the last Raft entry the state includes
@@ -85,13 +93,16 @@ const maxServerField = 1<<16 - 1
 // FSM keeps applying.
 type Snapshot struct {
 	DeltaMs uint64
-	Index   uint64 // last applied command index: every token is ≤ it
-	// Raft is where the snapshot was taken (version 3); nil in the
+	Index   uint64 // last applied command index: no Grant after it
+	// Raft is where the snapshot was taken (versions 3 and 4); nil in the
 	// versions before. The FSM does not know it (Snapshot leaves it nil):
 	// the Raft adapter sets it from the snapshot's metadata.
-	Raft    *Position
-	Tickets []Ticket // any order; sorted by name once decoded
-	Retired []string // retired NodeIds, sorted
+	Raft *Position
+	// Epoch is the token epoch and MaxToken the highest token issued
+	// (HighestToken); both need version 4.
+	Epoch, MaxToken uint64
+	Tickets         []Ticket // any order; sorted by name once decoded
+	Retired         []string // retired NodeIds, sorted
 }
 
 // Snapshot copies the state. It refuses once the FSM has stopped, so a
@@ -105,7 +116,7 @@ func (f *FSM) Snapshot() (*Snapshot, error) {
 	if f.delta == 0 {
 		return nil, errors.New("ticket: no snapshot before Δ is recorded (the Init entry)")
 	}
-	s := &Snapshot{DeltaMs: f.delta, Index: f.index, Tickets: make([]Ticket, 0, len(f.tickets))}
+	s := &Snapshot{DeltaMs: f.delta, Index: f.index, Epoch: f.epoch, MaxToken: f.maxToken, Tickets: make([]Ticket, 0, len(f.tickets))}
 	for _, it := range f.tickets {
 		s.Tickets = append(s.Tickets, it.Ticket)
 	}
@@ -117,14 +128,20 @@ func (f *FSM) Snapshot() (*Snapshot, error) {
 }
 
 // WriteTo writes the snapshot in the versioned, checksummed format, the
-// tickets in name order (s.Tickets itself is left in its order): version 3
+// tickets in name order (s.Tickets itself is left in its order): version 4
 // with its Raft position, else version 1 or 2 (see the format). A position
-// ReadSnapshot would refuse is not written.
+// or token epoch ReadSnapshot would refuse is not written, nor without a
+// position a state the versions before 4 cannot carry.
 func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	if s.Raft != nil {
 		if err := s.Raft.check(s.Index); err != nil {
 			return 0, err
 		}
+		if err := checkTokens(s); err != nil {
+			return 0, err
+		}
+	} else if err := s.fitsOld(); err != nil {
+		return 0, err
 	}
 	order := nameOrder(s.Tickets)
 	cw := &crcWriter{w: bufio.NewWriterSize(w, 1<<16), h: crc32.New(castagnoli)}
@@ -136,15 +153,17 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	version := uint16(1)
 	switch {
 	case s.Raft != nil:
-		version = 3
+		version = 4
 	case len(s.Retired) > 0:
 		version = 2
 	}
 	buf = binary.BigEndian.AppendUint16(buf, version)
 	buf = binary.BigEndian.AppendUint64(buf, s.DeltaMs)
 	buf = binary.BigEndian.AppendUint64(buf, s.Index)
-	if version == 3 {
+	if version == 4 {
 		buf = s.Raft.append(buf)
+		buf = binary.BigEndian.AppendUint64(buf, s.Epoch)
+		buf = binary.BigEndian.AppendUint64(buf, s.MaxToken)
 	}
 	buf = binary.BigEndian.AppendUint64(buf, uint64(len(s.Tickets)))
 	if err := cw.write(buf); err != nil {
@@ -158,6 +177,9 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		buf = append(buf, t.LeaseS)
 		buf = binary.BigEndian.AppendUint64(buf, t.ValidBeforeMs)
 		buf = binary.BigEndian.AppendUint64(buf, t.ExpiryMs)
+		if version == 4 {
+			buf = append(buf, t.flags())
+		}
 		if err := cw.write(buf); err != nil {
 			return cw.n, err
 		}
@@ -179,7 +201,45 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	return cw.n, cw.w.Flush()
 }
 
-// append encodes p (version 3's Raft position).
+// Ticket flags (version 4).
+const (
+	flagRevoked = 1 << 0
+	knownFlags  = flagRevoked
+)
+
+func (t *Ticket) flags() byte {
+	if t.Revoked {
+		return flagRevoked
+	}
+	return 0
+}
+
+// fitsOld refuses a state the versions before 4 cannot carry.
+func (s *Snapshot) fitsOld() error {
+	if s.Epoch != 0 {
+		return snapErr(ErrFormat, "token epoch %d needs version 4, which carries a Raft position (none given)", s.Epoch)
+	}
+	for i := range s.Tickets {
+		if s.Tickets[i].Revoked {
+			return snapErr(ErrFormat, "revoked ticket %q needs version 4, which carries a Raft position (none given)", s.Tickets[i].Name)
+		}
+	}
+	return nil
+}
+
+// checkTokens checks version 4's token epoch and highest token against
+// the command index.
+func checkTokens(s *Snapshot) error {
+	switch {
+	case s.Epoch > MaxTokenEpoch:
+		return snapErr(ErrFormat, "token epoch %d is above %d", s.Epoch, MaxTokenEpoch)
+	case s.MaxToken > tokenBound(s.Epoch, s.Index):
+		return snapErr(ErrFormat, "highest token %d is above %d, the highest token of epoch %d at command index %d", s.MaxToken, tokenBound(s.Epoch, s.Index), s.Epoch, s.Index)
+	}
+	return nil
+}
+
+// append encodes p (the Raft position of versions 3 and 4).
 func (p *Position) append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint64(b, p.Index)
 	b = binary.BigEndian.AppendUint64(b, p.Term)
@@ -405,9 +465,9 @@ func ReadSnapshot(r io.Reader) (*Snapshot, error) {
 }
 
 // ReadSnapshotHeader decodes the head of a snapshot: everything before the
-// tickets (magic, version, Δ, command index and, from version 3, the Raft
-// position, each field as ReadSnapshot checks it) and returns it with the
-// version. The checksum at the end is not read: what it returns is
+// tickets (magic, version, Δ, command index, from version 3 the Raft
+// position, from version 4 the token epoch and highest token; each field
+// as ReadSnapshot checks it) and returns it with the version. The checksum at the end is not read: what it returns is
 // authentic only once ReadSnapshot or Restore accepted the whole snapshot.
 func ReadSnapshotHeader(r io.Reader) (*Snapshot, uint16, error) {
 	sr := &snapReader{r: bufio.NewReaderSize(r, 4096), h: crc32.New(castagnoli)}
@@ -442,7 +502,7 @@ func (sr *snapReader) header() (*Snapshot, uint16, uint64, error) {
 	if protocol.ValidateDelta(s.DeltaMs) != nil {
 		return nil, version, 0, snapErr(ErrDeltaRange, "Δ %d ms is outside %d..=%d", s.DeltaMs, protocol.MinDeltaMs, protocol.MaxDeltaMs)
 	}
-	if version == 3 {
+	if version >= 3 {
 		p, err := sr.position()
 		if err != nil {
 			return nil, version, 0, err
@@ -452,6 +512,18 @@ func (sr *snapReader) header() (*Snapshot, uint16, uint64, error) {
 		}
 		s.Raft = p
 	}
+	if version >= 4 {
+		var b [16]byte
+		if err := sr.full(b[:]); err != nil {
+			return nil, version, 0, err
+		}
+		s.Epoch, s.MaxToken = binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])
+		if err := checkTokens(s); err != nil {
+			return nil, version, 0, err
+		}
+	} else {
+		s.MaxToken = tokenBound(0, s.Index)
+	}
 	var n [8]byte
 	if err := sr.full(n[:]); err != nil {
 		return nil, version, 0, err
@@ -459,7 +531,7 @@ func (sr *snapReader) header() (*Snapshot, uint16, uint64, error) {
 	return s, version, binary.BigEndian.Uint64(n[:]), nil
 }
 
-// position reads version 3's Raft position (unchecked).
+// position reads the Raft position of versions 3 and 4 (unchecked).
 func (sr *snapReader) position() (*Position, error) {
 	var b [8 + 8 + 8 + 8 + 2]byte
 	if err := sr.full(b[:]); err != nil {
@@ -501,7 +573,11 @@ func readSnapshot(r io.Reader, add func(t Ticket, count uint64)) (*Snapshot, err
 	if err != nil {
 		return nil, err
 	}
-	var rec [8 + 1 + 8 + 8]byte
+	var rec [8 + 1 + 8 + 8 + 1]byte
+	recLen := len(rec) - 1
+	if version >= 4 {
+		recLen++ // the flags
+	}
 	var prev Ticket
 	for i := uint64(0); i < count; i++ {
 		name, err := sr.str("")
@@ -514,7 +590,7 @@ func readSnapshot(r io.Reader, add func(t Ticket, count uint64)) (*Snapshot, err
 		if err != nil {
 			return nil, err
 		}
-		if err := sr.full(rec[:]); err != nil {
+		if err := sr.full(rec[:recLen]); err != nil {
 			return nil, err
 		}
 		t := Ticket{
@@ -523,6 +599,12 @@ func readSnapshot(r io.Reader, add func(t Ticket, count uint64)) (*Snapshot, err
 			LeaseS:        rec[8],
 			ValidBeforeMs: binary.BigEndian.Uint64(rec[9:17]),
 			ExpiryMs:      binary.BigEndian.Uint64(rec[17:25]),
+		}
+		if recLen == len(rec) {
+			if fl := rec[25]; fl&^knownFlags != 0 {
+				return nil, snapErr(ErrFormat, "ticket %d (%q): unknown flags %#02x", i, t.Name, fl)
+			}
+			t.Revoked = rec[25]&flagRevoked != 0
 		}
 		if err := checkTicket(&t, prev.Name, s, i); err != nil {
 			return nil, err
@@ -565,8 +647,8 @@ func checkTicket(t *Ticket, prev string, s *Snapshot, i uint64) error {
 	if err := ValidHolder(t.Holder); err != nil {
 		return bad("%v", err)
 	}
-	if t.Token == 0 || t.Token > s.Index {
-		return bad("token %d is outside 1..=%d (the snapshot's index)", t.Token, s.Index)
+	if t.Token == 0 || t.Token > s.MaxToken {
+		return bad("token %d is outside 1..=%d (the snapshot's highest token)", t.Token, s.MaxToken)
 	}
 	if err := ValidLease(int64(t.LeaseS)); err != nil {
 		return bad("%v", err)
@@ -577,7 +659,7 @@ func checkTicket(t *Ticket, prev string, s *Snapshot, i uint64) error {
 	return nil
 }
 
-// retired reads the retired NodeIds (versions 2 and 3) into s.
+// retired reads the retired NodeIds (versions 2 to 4) into s.
 func (sr *snapReader) retired(s *Snapshot, version uint16) error {
 	var n [8]byte
 	if err := sr.full(n[:]); err != nil {
@@ -703,6 +785,7 @@ func (f *FSM) RestoreChecked(r io.Reader, check func(*Snapshot) error) error {
 		f.down(i)
 	}
 	f.delta, f.index, f.freed = s.DeltaMs, s.Index, s.Index
+	f.epoch, f.maxToken = s.Epoch, s.MaxToken
 	f.changed("")
 	return nil
 }

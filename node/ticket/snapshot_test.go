@@ -94,7 +94,7 @@ func TestRestoreRefuses(t *testing.T) {
 		{"Δ 1", setDelta(1), ErrDeltaRange, "outside 2..=60000"},
 		{"Δ 60001", setDelta(60001), ErrDeltaRange, "outside 2..=60000"},
 		{"other Δ", setDelta(400), ErrDeltaMismatch, "snapshot's Δ is 400"},
-		{"version 4", edit(func(b []byte) []byte { b[9] = 4; return resealSnap(b) }), ErrVersion, "version 4"},
+		{"version 5", edit(func(b []byte) []byte { b[9] = 5; return resealSnap(b) }), ErrVersion, "version 5"},
 		{"version 0", edit(func(b []byte) []byte { b[9] = 0; return resealSnap(b) }), ErrVersion, "version 0"},
 		{"magic", edit(func(b []byte) []byte { b[0] = 'X'; return resealSnap(b) }), ErrFormat, "magic"},
 		{"bad checksum", edit(func(b []byte) []byte { b[len(b)-1] ^= 1; return b }), ErrChecksum, "CRC-32C"},
