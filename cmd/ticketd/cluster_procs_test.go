@@ -399,7 +399,14 @@ func (pc *procCluster) checkTickets(acked map[string]wire.Ticket, names ...strin
 func TestClusterNodeExample(t *testing.T) {
 	const path = "../../deploy/ticketd/cluster-node.yaml"
 	code, out, errs := runCmd(t, "--config", path, "--print-config")
-	if code != 0 {
+	// The example reads its secrets from systemd credentials
+	// (/run/credentials/ticketd.service/…), which exist only under the
+	// unit: --print-config, which loads them as the start does, may say
+	// exactly that and nothing else.
+	first, _, _ := strings.Cut(out, "\n")
+	hostOnly := code == 2 && strings.HasPrefix(first, "# NOT STARTABLE: ") && strings.Contains(first, "/run/credentials/ticketd.service/") &&
+		strings.HasSuffix(first, "no such file or directory")
+	if code != 0 && !hostOnly {
 		t.Fatalf("%s: --print-config exit %d: %s", path, code, errs)
 	}
 	for _, want := range []string{"enabled: true", "bootstrap_expect: 3", "identity_key_file: /run/credentials/ticketd.service/identity.key", "agent_addr: 127.0.0.1:7970"} {
