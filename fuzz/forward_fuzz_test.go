@@ -28,6 +28,11 @@ func FuzzForwardFrames(f *testing.F) {
 	seed(forward.AppendRequest(4, forward.Request{Op: forward.OpGet, Name: "n"}))
 	seed(forward.AppendRequest(5, forward.Request{Op: forward.OpList, Prefix: "o", Limit: 10}))
 	seed(forward.AppendRequest(10, forward.Request{Op: forward.OpWatch, Name: "n", Index: 12, WaitMs: 1000}))
+	seed(forward.AppendRequest(14, forward.Request{Op: forward.OpRevoke, Name: "n", Token: 42}))
+	rv := tk
+	rv.Revoked = true
+	seed(forward.AppendResponse(15, forward.Response{Code: forward.CodeOK, Ticket: &rv}))
+	seed(forward.AppendResponse(16, forward.Response{Code: forward.CodeOK, List: &forward.List{Tickets: []forward.Ticket{tk, rv}}}))
 	seed(forward.AppendResponse(11, forward.Response{Code: forward.CodeOK, Watched: &forward.Watched{Index: 12, Ticket: &tk}}))
 	seed(forward.AppendResponse(12, forward.Response{Code: forward.CodeOK, Watched: &forward.Watched{Index: 13}}))
 	seed(forward.AppendResponse(13, forward.Response{Code: forward.CodeOK, Ticket: &tk, WaitedMs: 1500}))

@@ -89,6 +89,9 @@ func naiveForwardRequest(b []byte) (uint64, forward.Request, bool) {
 		r.Name = n.str()
 		n.num(&r.Index)
 		n.num(&r.WaitMs)
+	case 7: // revoke
+		r.Name = n.str()
+		n.num(&r.Token)
 	default:
 		return 0, forward.Request{}, false
 	}
@@ -98,13 +101,22 @@ func naiveForwardRequest(b []byte) (uint64, forward.Request, bool) {
 	return id, r, true
 }
 
-func (n *naiveReader) ticket() forward.Ticket {
+// ticket reads one ticket; flagged: with its flags byte (0 or 1, revoked).
+func (n *naiveReader) ticket(flagged bool) forward.Ticket {
 	t := forward.Ticket{Name: n.str(), Holder: n.str()}
 	n.num(&t.Token)
 	n.num(&t.LeaseS)
 	n.num(&t.ConservativeValidBeforeUnixMs)
 	n.num(&t.ServerExpiryUnixMs)
 	n.num(&t.RemainingMs)
+	if flagged {
+		var f uint8
+		n.num(&f)
+		if f > 1 {
+			n.ok = false
+		}
+		t.Revoked = f == 1
+	}
 	return t
 }
 
@@ -123,13 +135,22 @@ func naiveForwardResponse(b []byte) (uint64, forward.Response, bool) {
 	n.num(&r.Token)
 	var tag uint8
 	n.num(&tag)
+	// Tags 17, 18, 19 and 20 are 1 to 4 whose tickets end with a flags
+	// byte; used only when a ticket is revoked.
+	flagged := tag >= 17 && tag <= 20
+	if flagged {
+		tag -= 16
+	}
+	revoked := false
 	switch tag {
 	case 0:
 	case 1:
-		t := n.ticket()
+		t := n.ticket(flagged)
 		r.Ticket = &t
+		revoked = t.Revoked
 	case 4: // ticket, waited_ms > 0
-		t := n.ticket()
+		t := n.ticket(flagged)
+		revoked = t.Revoked
 		r.Ticket = &t
 		n.num(&r.WaitedMs)
 		if r.WaitedMs == 0 {
@@ -140,7 +161,8 @@ func naiveForwardResponse(b []byte) (uint64, forward.Response, bool) {
 		n.num(&count)
 		l := &forward.List{}
 		for i := uint32(0); i < count && n.ok; i++ {
-			l.Tickets = append(l.Tickets, n.ticket())
+			l.Tickets = append(l.Tickets, n.ticket(flagged))
+			revoked = revoked || l.Tickets[i].Revoked
 		}
 		var tr uint8
 		n.num(&tr)
@@ -158,14 +180,15 @@ func naiveForwardResponse(b []byte) (uint64, forward.Response, bool) {
 			return 0, forward.Response{}, false
 		}
 		if held == 1 {
-			t := n.ticket()
+			t := n.ticket(flagged)
 			w.Ticket = &t
+			revoked = t.Revoked
 		}
 		r.Watched = w
 	default:
 		return 0, forward.Response{}, false
 	}
-	if !n.finished() {
+	if !n.finished() || flagged != revoked {
 		return 0, forward.Response{}, false
 	}
 	return id, r, true

@@ -102,7 +102,7 @@ func (f *forwarder) route() (*forward.Client, bool) {
 func (n *Node) forwarded(ctx context.Context, peer string, req forward.Request) forward.Response {
 	ctx = withOrigin(ctx, peer)
 	switch req.Op {
-	case forward.OpGrant, forward.OpRenew, forward.OpRelease:
+	case forward.OpGrant, forward.OpRenew, forward.OpRelease, forward.OpRevoke:
 		if req.LeaseS > 255 {
 			return forward.Response{Code: forward.CodeBadRequest, Message: "lease_s above 255"}
 		}
@@ -154,13 +154,13 @@ func (n *Node) forwarded(ctx context.Context, peer string, req forward.Request) 
 	return forward.Response{Code: forward.CodeBadRequest, Message: "unknown op"}
 }
 
-var writeOps = map[forward.Op]ticket.Op{forward.OpGrant: ticket.OpGrant, forward.OpRenew: ticket.OpRenew, forward.OpRelease: ticket.OpRelease}
+var writeOps = map[forward.Op]ticket.Op{forward.OpGrant: ticket.OpGrant, forward.OpRenew: ticket.OpRenew, forward.OpRelease: ticket.OpRelease, forward.OpRevoke: ticket.OpRevoke}
 
-var forwardOps = map[ticket.Op]forward.Op{ticket.OpGrant: forward.OpGrant, ticket.OpRenew: forward.OpRenew, ticket.OpRelease: forward.OpRelease}
+var forwardOps = map[ticket.Op]forward.Op{ticket.OpGrant: forward.OpGrant, ticket.OpRenew: forward.OpRenew, ticket.OpRelease: forward.OpRelease, ticket.OpRevoke: forward.OpRevoke}
 
 func wireTicket(t ticket.Ticket, recvMs uint64) forward.Ticket {
 	ft := forward.Ticket{Name: t.Name, Holder: t.Holder, Token: t.Token, LeaseS: uint32(t.LeaseS),
-		ConservativeValidBeforeUnixMs: t.ValidBeforeMs, ServerExpiryUnixMs: t.ExpiryMs}
+		ConservativeValidBeforeUnixMs: t.ValidBeforeMs, ServerExpiryUnixMs: t.ExpiryMs, Revoked: t.Revoked}
 	if recvMs > 0 && t.ValidBeforeMs > recvMs {
 		ft.RemainingMs = t.ValidBeforeMs - recvMs
 	}
@@ -172,14 +172,14 @@ func localTicket(ft *forward.Ticket) ticket.Ticket {
 		return ticket.Ticket{}
 	}
 	return ticket.Ticket{Name: ft.Name, Holder: ft.Holder, Token: ft.Token, LeaseS: uint8(min(ft.LeaseS, 255)),
-		ValidBeforeMs: ft.ConservativeValidBeforeUnixMs, ExpiryMs: ft.ServerExpiryUnixMs}
+		ValidBeforeMs: ft.ConservativeValidBeforeUnixMs, ExpiryMs: ft.ServerExpiryUnixMs, Revoked: ft.Revoked}
 }
 
 // mismatchCodes travel as forward.CodeMismatch with the ticket code's name
 // as the Reason, so the follower answers exactly as the leader would.
 var mismatchCodes = func() map[string]ticket.Code {
 	m := map[string]ticket.Code{}
-	for _, c := range []ticket.Code{ticket.CodeNotHeld, ticket.CodeWrongHolder, ticket.CodeWrongToken, ticket.CodeLeaseOver} {
+	for _, c := range []ticket.Code{ticket.CodeNotHeld, ticket.CodeWrongHolder, ticket.CodeWrongToken, ticket.CodeLeaseOver, ticket.CodeRevoked} {
 		m[c.String()] = c
 	}
 	return m
@@ -269,7 +269,7 @@ func (f *forwarder) forwardWrite(ctx context.Context, c *forward.Client, w api.W
 	if w.Op != ticket.OpGrant {
 		req.Token = w.Token
 	}
-	if w.Op != ticket.OpRelease {
+	if w.Op == ticket.OpGrant || w.Op == ticket.OpRenew {
 		req.LeaseS = uint32(w.LeaseS)
 	}
 	do := c.Do

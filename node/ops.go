@@ -47,8 +47,8 @@ func (n *Node) clockOK() error {
 	return nil
 }
 
-// Write proposes a Grant, Renew or Release (api.Backend); a cluster
-// follower forwards it to the leader.
+// Write proposes a Grant, Renew, Release or Revoke (api.Backend); a
+// cluster follower forwards it to the leader.
 func (n *Node) Write(ctx context.Context, w api.Write) (api.Written, error) {
 	if c, ok := n.forwardRoute(); ok {
 		return n.cl.fwd.forwardWrite(ctx, c, w)
@@ -60,6 +60,9 @@ func (n *Node) Write(ctx context.Context, w api.Write) (api.Written, error) {
 func (n *Node) writeLocal(ctx context.Context, w api.Write) (api.Written, error) {
 	if err := n.serving(); err != nil {
 		return api.Written{}, err
+	}
+	if w.Op == ticket.OpRevoke {
+		return n.revokeLocal(ctx, w)
 	}
 	if w.Op == ticket.OpGrant && w.WaitMs > 0 {
 		return n.grantWaiting(ctx, w) // waiters.go; each try comes back here with WaitMs 0
@@ -101,6 +104,30 @@ func (n *Node) writeLocal(ctx context.Context, w api.Write) (api.Written, error)
 		return api.Written{}, err
 	}
 	return api.Written{Result: res, RecvMs: recvMs}, nil
+}
+
+// revokeLocal proposes an administrator's Revoke (SPEC §4) as the leader.
+// It frees nothing and grants nothing, so neither the pre-proposal clock
+// check nor a hold-off stops it; its now is the wall time rounded down,
+// as Expire's (a ticket whose expiry has passed by it is free: nothing to
+// revoke).
+func (n *Node) revokeLocal(ctx context.Context, w api.Write) (api.Written, error) {
+	nowMs, ok := protocol.FloorUnixMs(n.wall.Now())
+	if !ok {
+		return api.Written{}, api.Unavailable("clock", "clock", "the wall clock reads before 1970")
+	}
+	data, err := ticket.EncodeEntry(&ticket.Entry{Op: ticket.OpRevoke, NowMs: nowMs, Name: w.Name, Token: w.Token})
+	if err != nil {
+		return api.Written{}, api.Refuse(api.KindBadRequest, "bad_request", "%v", err)
+	}
+	res, err := n.propose(ctx, data)
+	if err != nil {
+		return api.Written{}, err
+	}
+	if res.Code == ticket.CodeOK {
+		n.log.Info("ticket revoked", "name", w.Name, "holder", res.Ticket.Holder, "token", res.Ticket.Token, "server_expiry_unix_ms", res.Ticket.ExpiryMs)
+	}
+	return api.Written{Result: res, RecvMs: nowMs}, nil
 }
 
 // readable is the linearizable-read rule of SPEC §4: this node leads, its

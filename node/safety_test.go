@@ -61,6 +61,9 @@ type safetyRig struct {
 	trs  []*http.Transport
 }
 
+// safetyAdminToken lets the workload's administrator revoke.
+const safetyAdminToken = "safety-admin-token-0123456789abcdef"
+
 // rigOpts are a scenario's cluster settings.
 type rigOpts struct {
 	offsetsMs map[string]int64 // injected at start (n1..n3)
@@ -125,6 +128,7 @@ func newSafetyRig(t *testing.T, opts rigOpts) *safetyRig {
 // edit is every node's config: Δ, max_offset_ms Δ/2 (a skew within Δ/2
 // is healthy); with a joiner, short logs.
 func (r *safetyRig) edit(c *Config) {
+	c.API.AdminTokenFile = writeFile(r.t, r.t.TempDir(), "admin.token", safetyAdminToken, 0o600) // the workload revokes (SPEC §4)
 	c.Clock.DeltaMs = safetyDelta
 	c.Clock.MaxOffsetMs = safetyDelta / 2
 	// A probe's round trip is measured in virtual time, which runs on
@@ -238,14 +242,15 @@ func (r *safetyRig) workload(seed uint64) *workload.Runner {
 		}
 		tr := &http.Transport{}
 		r.trs = append(r.trs, tr)
-		c, err := client.New(r.members[name].tn.url, client.WithClock(r.now), client.WithHTTPClient(&http.Client{Transport: tr, Timeout: 10 * time.Second}))
+		c, err := client.New(r.members[name].tn.url, client.WithClock(r.now), client.WithHTTPClient(&http.Client{Transport: tr, Timeout: 10 * time.Second}),
+			client.WithAdminToken(safetyAdminToken))
 		if err != nil {
 			r.t.Fatal(err)
 		}
 		targets = append(targets, workload.Target{Name: name, Client: c})
 	}
 	w, err := workload.New(workload.Config{Targets: targets, Clients: 6, Hot: 2, Cold: 10, LeaseS: 1, Seed: seed,
-		Clock: r.now, Offsets: r.offsets, OpTimeout: 3 * time.Second, Rotate: 20 * time.Second}, r.h)
+		Clock: r.now, Offsets: r.offsets, OpTimeout: 3 * time.Second, Rotate: 20 * time.Second, Revokes: true}, r.h)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -445,6 +450,21 @@ func (r *safetyRig) wantSafe() {
 	}
 	for _, v := range res.Violations {
 		r.t.Errorf("violation: %v", v)
+	}
+	// The administrator revoked grants the clients held (SPEC §4), and
+	// the checker saw them.
+	revoked, refused := 0, 0
+	for _, op := range r.h.Ops() {
+		switch {
+		case op.Kind == safety.Revoke && op.Outcome == safety.OK:
+			revoked++
+		case op.Kind == safety.Renew && op.Code == "revoked":
+			refused++
+		}
+	}
+	r.t.Logf("%d grants revoked, %d renews refused as revoked", revoked, refused)
+	if revoked == 0 {
+		r.t.Error("the workload's administrator revoked nothing")
 	}
 }
 

@@ -34,7 +34,8 @@ type Config struct {
 // Violation is one broken promise.
 type Violation struct {
 	// Check names the rule: linearizable, porcupine_timeout, overlap,
-	// token_order, token_reuse, stale_write, expiry_moved.
+	// token_order, token_reuse, stale_write, expiry_moved,
+	// held_unknown_holder, renew_after_revoke.
 	Check  string `json:"check"`
 	Ticket string `json:"ticket"`
 	Ops    []int  `json:"ops,omitempty"`

@@ -274,3 +274,62 @@ func TestCheckRenewAtEqualInstants(t *testing.T) {
 		op(Op{Client: 0, Kind: Renew, Ticket: "x", Holder: "a", Token: 5, Call: 30, Return: 30, Outcome: OK}).
 		op(Op{Client: 0, Kind: Get, Ticket: "x", Call: 30, Return: 30, Outcome: OK, RespHolder: "a", RespToken: 5, ServerExpiryMs: 2030}).h)
 }
+
+// SPEC §4 (Revoke) in the checker: a revoked grant stays held until it
+// may have expired (another holder before that is a violation) and is
+// never renewed after the revoke returned; a renew refused as revoked, a
+// revoke of a free ticket and the holder's release are good; a Get shows
+// the revocation once it took effect.
+func TestCheckRevoke(t *testing.T) {
+	revoke := func(callMs, retMs int64, tok uint64) Op {
+		return Op{Client: 9, Kind: Revoke, Ticket: "x", Token: tok, Call: callMs, Return: retMs, Outcome: OK, RespHolder: "a", RespToken: tok}
+	}
+	t.Run("good", func(t *testing.T) {
+		wantOK(t, newB().
+			grant(0, "x", "a", 0, 10, 5).
+			op(revoke(20, 30, 5)).
+			op(Op{Client: 9, Kind: Get, Ticket: "x", Call: 31, Return: 32, Outcome: OK, RespHolder: "a", RespToken: 5, RespRevoked: true}).
+			op(Op{Client: 0, Kind: Renew, Ticket: "x", Holder: "a", Token: 5, Call: 40, Return: 50, Outcome: Refused, Code: "revoked"}).
+			op(Op{Client: 1, Kind: Grant, Ticket: "x", Holder: "b", Call: 60, Return: 70, Outcome: Refused, Code: "held", RespHolder: "a", RespToken: 5}).
+			op(Op{Client: 0, Kind: Grant, Ticket: "x", Holder: "a", Call: 80, Return: 90, Outcome: Refused, Code: "revoked"}).
+			op(Op{Client: 0, Kind: Release, Ticket: "x", Holder: "a", Token: 5, Call: 100, Return: 110, Outcome: OK}).
+			op(Op{Client: 9, Kind: Revoke, Ticket: "x", Call: 120, Return: 130, Outcome: Refused, Code: "not_found"}).
+			grant(1, "x", "b", 140, 150, 9).h)
+	})
+	t.Run("expires, never earlier", func(t *testing.T) {
+		wantOK(t, newB().
+			grant(0, "x", "a", 0, 10, 5).
+			op(revoke(20, 30, 5)).
+			grant(1, "x", "b", 2000, 2010, 9).h)
+		wantCaught(t, newB().
+			grant(0, "x", "a", 0, 10, 5).
+			op(revoke(20, 30, 5)).
+			grant(1, "x", "b", 100, 110, 9).h, "linearizable")
+	})
+	t.Run("renew after revoke", func(t *testing.T) {
+		wantCaught(t, newB().
+			grant(0, "x", "a", 0, 10, 5).
+			op(revoke(20, 30, 5)).
+			op(Op{Client: 0, Kind: Renew, Ticket: "x", Holder: "a", Token: 5, Call: 40, Return: 50, Outcome: OK}).h, "linearizable", "renew_after_revoke")
+	})
+	t.Run("revoke of a free ticket", func(t *testing.T) {
+		wantCaught(t, newB().
+			op(revoke(20, 30, 5)).h, "linearizable")
+	})
+	t.Run("get without the revocation", func(t *testing.T) {
+		wantCaught(t, newB().
+			grant(0, "x", "a", 0, 10, 5).
+			op(revoke(20, 30, 5)).
+			op(Op{Client: 9, Kind: Get, Ticket: "x", Call: 40, Return: 50, Outcome: OK, RespHolder: "a", RespToken: 5}).h, "linearizable")
+	})
+	t.Run("unknown revoke", func(t *testing.T) {
+		h := newB().
+			grant(0, "x", "a", 0, 10, 5).
+			op(Op{Client: 9, Kind: Revoke, Ticket: "x", Token: 5, Call: 20, Return: forever / ms, Outcome: Unknown})
+		wantOK(t, newB().
+			grant(0, "x", "a", 0, 10, 5).
+			op(Op{Client: 9, Kind: Revoke, Ticket: "x", Token: 5, Call: 20, Return: forever / ms, Outcome: Unknown}).
+			op(Op{Client: 0, Kind: Renew, Ticket: "x", Holder: "a", Token: 5, Call: 40, Return: 50, Outcome: Refused, Code: "revoked"}).h)
+		wantOK(t, h.op(Op{Client: 0, Kind: Renew, Ticket: "x", Holder: "a", Token: 5, Call: 40, Return: 50, Outcome: OK}).h)
+	})
+}

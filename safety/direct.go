@@ -65,6 +65,26 @@ func directChecks(name string, ops []Op) []Violation {
 	vs = append(vs, heldNamesAGrant(name, ops)...)
 	vs = append(vs, staleWrites(name, ops)...)
 	vs = append(vs, expiryMoves(name, ops)...)
+	vs = append(vs, renewAfterRevoke(name, ops)...)
+	return vs
+}
+
+// renewAfterRevoke: once a revoke of a grant has returned, no Renew of
+// that grant called after it succeeds (SPEC §4: the holder can no longer
+// renew).
+func renewAfterRevoke(name string, ops []Op) []Violation {
+	var vs []Violation
+	for _, rv := range ops {
+		if rv.Kind != Revoke || rv.Outcome != OK {
+			continue
+		}
+		for _, op := range ops {
+			if op.Kind == Renew && op.Outcome == OK && op.Token == rv.RespToken && op.Call > rv.Return {
+				vs = append(vs, Violation{Check: "renew_after_revoke", Ticket: name, Ops: []int{rv.ID, op.ID},
+					Detail: fmt.Sprintf("token %d revoked by #%d, renewed by #%d called after it", rv.RespToken, rv.ID, op.ID)})
+			}
+		}
+	}
 	return vs
 }
 

@@ -1,8 +1,8 @@
 // Package safety checks histories of ticket operations against the
 // promises of SPEC §4: mutual exclusion, fencing and fail-closed.
 //
-// A History is what a workload recorded: every Grant, Renew, Release and
-// Get with its call and return instants on one monotonic clock, the node
+// A History is what a workload recorded: every Grant, Renew, Release, Get
+// and administrator's Revoke with its call and return instants on one monotonic clock, the node
 // it went to, its outcome (ok, refused, unknown) and the injected clock
 // offsets; and every write to the fencing register. Check runs
 //
@@ -13,8 +13,12 @@
 //     server-side expiry's upper bound (return + lease + 2Δ + rate error);
 //   - direct checks: no two holders' client-side hold intervals overlap,
 //     tokens strictly increase per ticket (and no token is issued twice),
-//     no write with a stale token is accepted by the register, and no
-//     server-side expiry moves except by Renew.
+//     no write with a stale token is accepted by the register, no
+//     server-side expiry moves except by Renew, and no grant is renewed
+//     after a revoke of it returned.
+//
+// A revoked ticket (SPEC §4) stays held in the model until it may have
+// expired (its Early) or its holder releases it; no Renew of it succeeds.
 //
 // A porcupine Unknown (timeout) is a violation, never a pass. On any
 // violation Check writes the HTML visualisation and the history as JSON.

@@ -15,6 +15,9 @@ const (
 	Renew   Kind = "renew"
 	Release Kind = "release"
 	Get     Kind = "get"
+	// Revoke is an administrator's revoke (SPEC §4) of the grant with
+	// Token (0: whoever holds it).
+	Revoke Kind = "revoke"
 	// Write is a write to the fencing register with the op's Token.
 	Write Kind = "write"
 )
@@ -66,6 +69,8 @@ type Op struct {
 	RespToken  uint64 `json:"resp_token,omitempty"`
 	// ServerExpiryMs is a found Get's server_expiry_unix_ms.
 	ServerExpiryMs uint64 `json:"server_expiry_unix_ms,omitempty"`
+	// RespRevoked: a found Get's ticket is revoked.
+	RespRevoked bool `json:"resp_revoked,omitempty"`
 	// OffsetsMs are the clock offsets injected at Call, by node.
 	OffsetsMs map[string]int64 `json:"offsets_ms,omitempty"`
 }

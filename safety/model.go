@@ -21,6 +21,10 @@ type state struct {
 	Late int64
 	// Max is the highest token granted so far in this linearization.
 	Max uint64
+	// Revoked: an administrator revoked the holder's grant (SPEC §4). It
+	// stays held until it expires (Early, Late unchanged) or its holder
+	// releases it; no Renew of it succeeds, nor the holder's Grant.
+	Revoked bool
 }
 
 const forever = math.MaxInt64 / 2
@@ -92,7 +96,11 @@ func (b bounds) model() porcupine.NondeterministicModel {
 			if s.Holder == "" {
 				return fmt.Sprintf("free (max token %d)", s.Max)
 			}
-			return fmt.Sprintf("%s tok=%d early=%d late=%d", s.Holder, s.Token, s.Early, s.Late)
+			rv := ""
+			if s.Revoked {
+				rv = " revoked"
+			}
+			return fmt.Sprintf("%s tok=%d early=%d late=%d%s", s.Holder, s.Token, s.Early, s.Late, rv)
 		},
 	}
 }
@@ -106,6 +114,12 @@ func (b bounds) step(s state, op Op) []interface{} {
 		case OK:
 			b.grantOK(s, op, add)
 		case Refused:
+			if op.Code == "revoked" { // the holder's own grant of its revoked ticket
+				if s.Holder == op.Holder && s.Revoked {
+					add(s)
+				}
+				break
+			}
 			if op.Code != "held" || !b.strictRefusals {
 				add(s) // refused before anything was proposed; or a held answer from the leader's state, not a read
 				break
@@ -127,22 +141,27 @@ func (b bounds) step(s state, op Op) []interface{} {
 		match := s.Holder == op.Holder && s.Holder != "" && tokenMatches(s, op.Token)
 		switch op.Outcome {
 		case OK:
-			if match && op.Call <= s.Late {
+			if match && !s.Revoked && op.Call <= s.Late {
 				s = learn(s, op.Token)
 				s.Early, s.Late = op.Deadline, b.late(op.Return, op.LeaseS)
 				add(s)
 			}
 		case Refused:
-			if op.Code == "lease_over" { // still there, expired
+			switch op.Code {
+			case "lease_over": // still there, expired
 				if match && s.Early <= op.Return {
 					add(s)
 				}
-				break
+			case "revoked": // still there, revoked: no renew succeeds
+				if match && s.Revoked {
+					add(learn(s, op.Token))
+				}
+			default:
+				refusedHolderOp(s, op, add)
 			}
-			refusedHolderOp(s, op, add)
 		case Unknown:
 			add(s)
-			if match && op.Call <= s.Late {
+			if match && !s.Revoked && op.Call <= s.Late {
 				s = learn(s, op.Token)
 				s.Early, s.Late = b.early(op.Call, op.LeaseS), forever
 				add(s)
@@ -170,12 +189,14 @@ func (b bounds) step(s state, op Op) []interface{} {
 				if freeable(s, op.Return) {
 					add(state{Max: s.Max})
 				}
-			} else if s.Holder == op.RespHolder && tokenMatches(s, op.RespToken) {
+			} else if s.Holder == op.RespHolder && tokenMatches(s, op.RespToken) && s.Revoked == op.RespRevoked {
 				add(learn(s, op.RespToken))
 			}
 		default:
 			add(s)
 		}
+	case Revoke:
+		b.revoke(s, op, add)
 	default:
 		add(s)
 	}
@@ -186,13 +207,50 @@ func (b bounds) step(s state, op Op) []interface{} {
 // (idempotent: the same token, nothing extended), or the ticket is free,
 // or the previous lease may have ended by the grant's return.
 func (b bounds) grantOK(s state, op Op, add func(state)) {
-	if s.Holder == op.Holder && tokenMatches(s, op.Token) {
+	if s.Holder == op.Holder && !s.Revoked && tokenMatches(s, op.Token) {
 		x := learn(s, op.Token)
 		x.Early = max(s.Early, op.Deadline)
 		add(x)
 	}
 	if op.Token > s.Max && freeable(s, op.Return) && !(s.Holder == op.Holder && s.Token == op.Token) {
 		add(state{Holder: op.Holder, Token: op.Token, Early: op.Deadline, Late: b.late(op.Return, op.LeaseS), Max: op.Token})
+	}
+}
+
+// revoke is an administrator's Revoke (SPEC §4). Answered ok, the ticket
+// was held (by the answered holder and token) and now is revoked: still
+// held until it expires, never earlier. Refused not_found: nobody held it
+// at the leader's now (its lease may have ended). Refused wrong_token:
+// another grant held it. Unknown: revoked or not.
+func (b bounds) revoke(s state, op Op, add func(state)) {
+	held := s.Holder != "" && (op.Token == 0 || tokenMatches(s, op.Token))
+	switch op.Outcome {
+	case OK:
+		if held && s.Holder == op.RespHolder && tokenMatches(s, op.RespToken) {
+			x := learn(s, op.RespToken)
+			x.Revoked = true
+			add(x)
+		}
+	case Refused:
+		switch op.Code {
+		case "not_found":
+			if freeable(s, op.Return) {
+				add(state{Max: s.Max})
+			}
+		case "wrong_token":
+			if s.Holder != "" && s.Token != op.Token {
+				add(s)
+			}
+		default:
+			add(s)
+		}
+	case Unknown:
+		add(s)
+		if held {
+			x := s
+			x.Revoked = true
+			add(x)
+		}
 	}
 }
 

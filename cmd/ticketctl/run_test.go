@@ -57,9 +57,9 @@ func bin(t *testing.T, name string) string {
 // ticketd starts a real single-node ticketd on a free loopback port and
 // waits until it is ready; it is killed (and continued, if stopped) at
 // cleanup.
-func ticketd(t *testing.T) (*exec.Cmd, string, *client.Client) {
+func ticketd(t *testing.T, args ...string) (*exec.Cmd, string, *client.Client) {
 	t.Helper()
-	cmd := exec.Command(bin(t, "ticketd"), "--data-dir", t.TempDir(), "--http", "127.0.0.1:0", "--log.format", "json")
+	cmd := exec.Command(bin(t, "ticketd"), append([]string{"--data-dir", t.TempDir(), "--http", "127.0.0.1:0", "--log.format", "json"}, args...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -205,5 +205,59 @@ func TestRunKillsBeforeTheDeadline(t *testing.T) {
 	}
 	if bound := stopped.Add(lease).UnixMilli(); last >= bound {
 		t.Fatalf("the command still ran %d ms after the latest possible local deadline", last-bound)
+	}
+}
+
+// SPEC §4 (Revoke) and §4.2: an administrator's revoke of the ticket run
+// holds stops CMD at run's next renew, long before the local deadline,
+// as a lost ticket does: SIGTERM to its group, exit 75, and stderr says
+// the ticket was revoked.
+func TestRunStopsOnRevoke(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	dir := t.TempDir()
+	adminFile := filepath.Join(dir, "admin.token")
+	if err := os.WriteFile(adminFile, []byte(strings.Repeat("r", 40)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, addr, _ := ticketd(t, "--api.admin_token_file", adminFile)
+	cmd := exec.Command(bin(t, "ticketctl"), "--addr", addr, "run", "job", "--holder", "h", "--lease", "12", "--grace", "2s", "--", "sh", "-c", "echo started; sleep 120")
+	cmd.Dir = dir
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	if _, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {
+		t.Fatalf("the command did not start: %v (%s)", err, errb.String())
+	}
+	revoked := time.Now()
+	code, out, errs := ticketctl(t, dir, "--addr", addr, "--admin-token-file", adminFile, "revoke", "job")
+	if code != 0 || !strings.Contains(out, "revoked job (holder h, token") {
+		t.Fatalf("ticketctl revoke: exit %d, %q %q", code, out, errs)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case <-exited:
+	case <-time.After(25 * time.Second):
+		t.Fatalf("ticketctl run still running 25 s after the revoke: %s", errb.String())
+	}
+	// Renewed every 4 s: stopped at the first renew after the revoke, not
+	// near the 12 s deadline (grace 2 s).
+	if took := time.Since(revoked); took > 9*time.Second {
+		t.Fatalf("run stopped %v after the revoke", took)
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 75 {
+		t.Fatalf("exit %d, want 75; stderr %s", code, errb.String())
+	}
+	if !strings.Contains(errb.String(), "revoked by an administrator: SIGTERM") {
+		t.Fatalf("stderr does not say the ticket was revoked: %s", errb.String())
 	}
 }

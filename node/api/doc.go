@@ -40,6 +40,14 @@
 // reads the body again, so every refusal keeps its wording
 // (FuzzBatchDecoders holds the two readings to the same answers).
 //
+// POST /v1/tickets/{name}/revoke (SPEC §4, admin token; no body or
+// {"token":N}) revokes the grant held now (or the one with token N): 200
+// with the ticket as GET shows it ("revoked": true, its expiry unchanged),
+// also for a ticket already revoked; 404 not_found when nobody holds it;
+// 409 wrong_token when another grant holds it. Its holder's renew (and
+// its own grant) is then a 409 "revoked"; its release still frees it.
+// Revoke is not a batch op.
+//
 // The handler holds no ticket state: a Backend (the node) proposes writes
 // through Raft and serves linearizable reads.
 package api

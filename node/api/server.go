@@ -26,10 +26,10 @@ import (
 
 // Write is a proposal the API asks the Backend to make.
 type Write struct {
-	Op     ticket.Op // OpGrant, OpRenew or OpRelease
+	Op     ticket.Op // OpGrant, OpRenew, OpRelease or OpRevoke (admin)
 	Name   string
-	Holder string
-	Token  uint64
+	Holder string // not for OpRevoke
+	Token  uint64 // OpRevoke: 0 revokes whoever holds it
 	LeaseS uint8
 	// WaitMs (Grant only, 0..=MaxWaitMs): wait this long for the ticket to
 	// be free, first come first served (SPEC §4.2); 0 fails at once.
@@ -64,7 +64,8 @@ type Written struct {
 
 // Backend is what the handler needs from the node.
 type Backend interface {
-	// Write proposes a Grant, Renew or Release and waits for it to apply.
+	// Write proposes a Grant, Renew, Release or Revoke and waits for it to
+	// apply.
 	Write(ctx context.Context, w Write) (Written, error)
 	// Get and List are linearizable reads (SPEC §4).
 	Get(ctx context.Context, name string) (ticket.Ticket, bool, error)
@@ -168,6 +169,7 @@ const (
 	rReplace
 	rBatch
 	rHealth
+	rRevoke
 )
 
 type endpoint struct {
@@ -221,11 +223,13 @@ func match(escaped string) (route, string, string) {
 		return rRenew, http.MethodPost, name
 	case "release":
 		return rRelease, http.MethodPost, name
+	case "revoke":
+		return rRevoke, http.MethodPost, name
 	}
 	return rNone, "", ""
 }
 
-var opNames = map[route]string{rGrant: "grant", rRenew: "renew", rRelease: "release", rGet: "get", rList: "list"}
+var opNames = map[route]string{rGrant: "grant", rRenew: "renew", rRelease: "release", rRevoke: "revoke", rGet: "get", rList: "list"}
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt, method, name := match(r.URL.EscapedPath())
@@ -292,7 +296,7 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, name st
 		serveUI(w, r)
 		return ""
 	}
-	admin := rt == rMembers || rt == rTransfer || rt == rRemove || rt == rSnapshot || rt == rReplace
+	admin := rt == rMembers || rt == rTransfer || rt == rRemove || rt == rSnapshot || rt == rReplace || rt == rRevoke
 	if err := s.authorize(r, admin); err != nil {
 		if err.Kind == kindUnauthorized {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ticketd"`)
@@ -302,7 +306,7 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, name st
 	// The connection may now idle as long as authenticated ones do, and
 	// holds a slot unauthenticated ones cannot take (node/api/connlimit).
 	connlimit.MarkAuthenticated(r.Context())
-	if rt == rGet || rt == rGrant || rt == rRenew || rt == rRelease {
+	if rt == rGet || rt == rGrant || rt == rRenew || rt == rRelease || rt == rRevoke {
 		if err := ticket.ValidName(name); err != nil {
 			return s.fail(w, badRequest("ticket %v", err))
 		}
@@ -342,7 +346,7 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, name st
 		return "ok"
 	case rList:
 		return s.list(w, r)
-	case rGrant, rRenew, rRelease:
+	case rGrant, rRenew, rRelease, rRevoke:
 		return s.write(w, r, rt, name, body)
 	case rBatch:
 		return s.batch(w, r, body)
@@ -483,8 +487,18 @@ func (s *server) write(w http.ResponseWriter, r *http.Request, rt route, name st
 	return a.label
 }
 
-// decodeWrite reads the body of a grant, renew or release on name.
+// decodeWrite reads the body of a grant, renew, release or revoke on name.
 func decodeWrite(rt route, name string, body []byte) (Write, *Error) {
+	if rt == rRevoke {
+		// No body, or {"token": N}: revoke only while N is the token.
+		wr := Write{Op: ticket.OpRevoke, Name: name}
+		if len(strings.TrimSpace(string(body))) > 0 {
+			if err := decodeStrict(body, fieldSpec{name: "token", kind: kUint, u64: &wr.Token}); err != nil {
+				return Write{}, badRequest("%v", err)
+			}
+		}
+		return wr, nil
+	}
 	wr := Write{Name: name}
 	var lease int64
 	holder := fieldSpec{name: "holder", kind: kString, required: true, str: &wr.Holder}
@@ -550,6 +564,9 @@ func (s *server) apply(ctx context.Context, wr Write) answer {
 	res := out.Result
 	t := res.Ticket
 	name := wr.Name
+	if wr.Op == ticket.OpRevoke && res.Code != ticket.CodeFatal {
+		return revokeAnswer(wr, res)
+	}
 	switch res.Code {
 	case ticket.CodeOK, ticket.CodeExisting:
 		if wr.Op == ticket.OpRelease {
@@ -572,11 +589,31 @@ func (s *server) apply(ctx context.Context, wr Write) answer {
 		return conflict(res.Code, "ticket %q is held by %q under another token than %d", name, wr.Holder, wr.Token)
 	case ticket.CodeLeaseOver:
 		return conflict(res.Code, "ticket %q: the lease of token %d has run out; grant it again", name, wr.Token)
+	case ticket.CodeRevoked:
+		return conflict(res.Code, "ticket %q was revoked by an administrator: %q can no longer renew it (or grant it again) and must stop using token %d; it frees at its server-side expiry (%d) or when released",
+			name, wr.Holder, t.Token, t.ExpiryMs)
+	case ticket.CodeTokenSpace:
+		return s.errAnswer(Unavailable("", "token_space", "no Grant: this cluster's token epoch is full (Raft index above %d); back it up and restore it into a new epoch (docs/operations.md, Backup and restore)", ticket.MaxTokenIndex))
 	case ticket.CodeFatal:
 		return s.errAnswer(Unavailable("failed", "state", "the node stopped: %v", res.Err))
 	}
 	// NoDelta, BadExpiry: the node proposed against a Δ it no longer has.
 	return s.errAnswer(Unavailable("", res.Code.String(), "refused by the state machine (%v); retry", res.Code))
+}
+
+// revokeAnswer maps a Revoke's outcome (SPEC §4): 200 with the ticket as
+// GET shows it (revoked, its expiry unchanged) — also when it was revoked
+// already; 404 when nobody holds it; 409 when another token holds it.
+func revokeAnswer(wr Write, res ticket.Result) answer {
+	switch res.Code {
+	case ticket.CodeOK, ticket.CodeExisting:
+		return answer{http.StatusOK, TicketFrom(res.Ticket), res.Code.String()}
+	case ticket.CodeNotHeld:
+		return answer{http.StatusNotFound, wire.ErrorBody{Error: "not_found", Message: fmt.Sprintf("ticket %q is not held: nothing to revoke", wr.Name)}, "not_found"}
+	case ticket.CodeWrongToken:
+		return conflict(res.Code, "ticket %q is held under another token than %d: not revoked", wr.Name, wr.Token)
+	}
+	return answer{http.StatusServiceUnavailable, wire.ErrorBody{Error: "unavailable", Reason: res.Code.String(), Message: fmt.Sprintf("revoke refused by the state machine (%v)", res.Code)}, "unavailable"}
 }
 
 // longer lifts the connection's read deadline and moves its write

@@ -3,7 +3,8 @@
 // and release a few hot tickets and many cold ones through
 // node/api/client, use each grant to write to an in-memory fencing
 // register that rejects stale tokens (Jepsen's lock idea), and now and
-// then read a ticket back.
+// then read a ticket back; with Revokes, an administrator revokes grants
+// of the hot tickets (SPEC §4).
 //
 // Every time comes from Config.Clock, which must also be the clients'
 // clock (client.WithClock), so call, return and client-side deadline are

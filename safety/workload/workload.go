@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +44,10 @@ type Config struct {
 	Offsets func() map[string]int64
 	// OpTimeout bounds one request (default 3 s).
 	OpTimeout time.Duration
+	// Revokes adds an administrator (one more client) who now and then
+	// reads a hot ticket and revokes the grant it found (SPEC §4); the
+	// targets' clients must carry the admin token.
+	Revokes bool
 	// Rotate, if set, moves the clients to a fresh set of tickets (the
 	// names carry a round number) every Rotate of the history clock, so
 	// each ticket's history stays small enough for porcupine in a long
@@ -113,7 +118,37 @@ func (r *Runner) Run(ctx context.Context) {
 	for i := range r.cfg.Clients {
 		wg.Go(func() { r.client(ctx, i) })
 	}
+	if r.cfg.Revokes {
+		wg.Go(func() { r.revoker(ctx, r.cfg.Clients) })
+	}
 	wg.Wait()
+}
+
+// revoker is the administrator: every 100–400 ms it reads a hot ticket and
+// revokes the grant it found, by its token (a revoke is never repeated
+// onto a later grant).
+func (r *Runner) revoker(ctx context.Context, id int) {
+	rng := rand.New(rand.NewPCG(r.cfg.Seed, uint64(id)))
+	for Pause(ctx, time.Duration(100+rng.IntN(300))*time.Millisecond) {
+		name := r.ticketName(rng)
+		if !strings.Contains(name, "hot-") {
+			continue
+		}
+		tok := r.get(ctx, id, r.target(rng), name)
+		if tok == 0 || ctx.Err() != nil {
+			continue
+		}
+		t := r.target(rng)
+		op := r.begin(id, safety.Revoke, t, name, "")
+		op.Token = tok
+		octx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+		tk, err := t.Client.Revoke(octx, name, tok)
+		cancel()
+		if err == nil {
+			op.RespHolder, op.RespToken = tk.Holder, tk.Token
+		}
+		r.finish(op, err)
+	}
 }
 
 func (r *Runner) ticketName(rng *rand.Rand) string {
@@ -288,7 +323,9 @@ func (r *Runner) release(ctx context.Context, id int, t Target, name, holder str
 	r.finish(op, err)
 }
 
-func (r *Runner) get(ctx context.Context, id int, t Target, name string) {
+// get reads name and records the read; it returns the token found (0:
+// free, or the read failed).
+func (r *Runner) get(ctx context.Context, id int, t Target, name string) uint64 {
 	op := r.begin(id, safety.Get, t, name, "")
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
 	defer cancel()
@@ -296,12 +333,13 @@ func (r *Runner) get(ctx context.Context, id int, t Target, name string) {
 	if errors.Is(err, client.ErrNotFound) {
 		err = nil
 	} else if err == nil {
-		op.RespHolder, op.RespToken, op.ServerExpiryMs = g.Holder, g.Token, g.ServerExpiryUnixMs
+		op.RespHolder, op.RespToken, op.ServerExpiryMs, op.RespRevoked = g.Holder, g.Token, g.ServerExpiryUnixMs, g.Revoked
 	}
 	if err != nil {
-		return // a failed read has no effect and proves nothing
+		return 0 // a failed read has no effect and proves nothing
 	}
 	r.finish(op, nil)
+	return op.RespToken
 }
 
 // Write offers a write with token to the register and records it.

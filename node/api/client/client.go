@@ -163,6 +163,9 @@ var (
 	ErrWrongHolder = &Error{ErrorBody: wire.ErrorBody{Error: "wrong_holder"}}
 	ErrWrongToken  = &Error{ErrorBody: wire.ErrorBody{Error: "wrong_token"}}
 	ErrLeaseOver   = &Error{ErrorBody: wire.ErrorBody{Error: "lease_over"}}
+	// ErrRevoked: an administrator revoked the ticket (SPEC §4); its holder
+	// can no longer renew it and must stop using the token.
+	ErrRevoked     = &Error{ErrorBody: wire.ErrorBody{Error: "revoked"}}
 	ErrUnavailable = &Error{ErrorBody: wire.ErrorBody{Error: "unavailable"}}
 	ErrBadRequest  = &Error{ErrorBody: wire.ErrorBody{Error: "bad_request"}}
 	ErrNotLeader   = &Error{ErrorBody: wire.ErrorBody{Error: "not_leader"}}
@@ -318,6 +321,23 @@ func (c *Client) Release(ctx context.Context, name, holder string, token uint64)
 		return nil, fmt.Errorf("client: release answer: %w", err)
 	}
 	return out, nil
+}
+
+// Revoke revokes the ticket name (admin token; SPEC §4): its holder can no
+// longer renew it, and it frees at its current server-side expiry, never
+// earlier. token ≠ 0 revokes only that grant (409 ErrWrongToken for
+// another); 0 revokes whoever holds it. It answers the ticket as Get shows
+// it, Revoked set; ErrNotFound when nobody holds it. A revoke of a revoked
+// ticket answers it again, so a Revoke with a token is sent again when
+// its answer is lost; one without a token is not (the ticket may have
+// been granted again in between): ErrOutcomeUnknown.
+func (c *Client) Revoke(ctx context.Context, name string, token uint64) (*wire.Ticket, error) {
+	var body []byte
+	if token != 0 {
+		body = mustJSON(wire.RevokeRequest{Token: token})
+	}
+	path := ticketPath(name, "revoke")
+	return decode[wire.Ticket](http.MethodPost, path, c.send(ctx, &call{method: http.MethodPost, path: path, body: body, admin: true, hc: c.hc, repeatable: token != 0, skip: -1}))
 }
 
 // Get reads one ticket (linearizable); ErrNotFound when nobody holds it.

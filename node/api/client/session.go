@@ -94,7 +94,8 @@ func (c *Client) Acquire(ctx context.Context, name, holder string, leaseS int) (
 
 // ErrSessionLost is Session.Err when the local deadline passed without a
 // successful renew, or the server said the ticket is no longer this
-// holder's: stop using the token.
+// holder's or was revoked (errors.Is(err, ErrRevoked)): stop using the
+// token.
 var ErrSessionLost = errors.New("client: session lost: the ticket's local deadline passed without a successful renew")
 
 // ErrSessionClosed is Session.Err after Close.
@@ -103,9 +104,13 @@ var ErrSessionClosed = errors.New("client: session closed")
 // Session holds a ticket and renews it in the background at a third of
 // the lease (SPEC §4.2). Deadline is the local monotonic deadline of the
 // last successful grant or renew; Done is closed the moment it passes
-// without a successful renew (or when the server refuses a renew: the
-// ticket is no longer ours), so code can stop using the token before
-// anyone else can get the ticket. Close stops renewing and releases.
+// without a successful renew, so code can stop using the token before
+// anyone else can get the ticket. Done closes at once, before the
+// deadline, when the server refuses a renew: the ticket is no longer ours,
+// or an administrator revoked it (SPEC §4: no renew can succeed again, so
+// the token must not be used on — the safe reading of "closed when the
+// deadline passes without a successful renew"). Close stops renewing and
+// releases.
 type Session struct {
 	c      *Client
 	name   string
@@ -216,7 +221,7 @@ func (s *Session) run() {
 		case s.ctx.Err() != nil:
 			return
 		case !retryable(err):
-			s.lost(err) // 409: released, expired, re-granted: not ours
+			s.lost(err) // 409: released, expired, re-granted, revoked: not ours
 			return
 		default:
 			last = err
@@ -227,7 +232,7 @@ func (s *Session) run() {
 
 func (s *Session) lost(cause error) {
 	if cause != nil {
-		s.end(fmt.Errorf("%w (last renew: %v)", ErrSessionLost, cause))
+		s.end(fmt.Errorf("%w (last renew: %w)", ErrSessionLost, cause))
 		return
 	}
 	s.end(ErrSessionLost)

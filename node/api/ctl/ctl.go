@@ -46,6 +46,9 @@ commands:
   renew NAME --token N --lease SECONDS      renew your ticket (needs --holder or TICKETCTL_HOLDER)
   release NAME --token N                    release your ticket (needs --holder or TICKETCTL_HOLDER)
   get NAME                                  show one ticket
+  revoke NAME [--token N]                   revoke a ticket (admin token): its holder can no
+                                            longer renew it; it frees at its server expiry
+                                            (--token: only that grant; default: the one held now)
   list [--prefix P] [--limit N]             list tickets
   status                                    node status
   cluster                                   cluster members (admin token)
@@ -71,7 +74,7 @@ global flags (anywhere on the line):
   --json                 print the server's JSON answer; grant and renew add the
                          local deadline (local_deadline_in_ms, local_deadline_unix_ms)
   --token-file F         client bearer token (api.token_file), mode 0600
-  --admin-token-file F   admin bearer token (api.admin_token_file), for cluster
+  --admin-token-file F   admin bearer token (api.admin_token_file), for cluster and revoke
   --ca-file F            CA for an https API; --cert-file F --key-file F: client certificate
   --timeout D            request timeout, a Go duration (default 10s)
   --version              print the version and exit
@@ -85,14 +88,16 @@ with TICKET_NAME, TICKET_HOLDER, TICKET_TOKEN (the fencing token: send it
 with every write) and TICKET_DEADLINE_UNIX_MS (the first local deadline) in
 its environment, renewing at a third of the lease. When the local deadline
 comes within --grace (default 5s, less than half the lease) without a
-successful renew, CMD's process group gets SIGTERM, and SIGKILL shortly
-before the deadline, so it is gone before anyone else can get the ticket.
+successful renew, or at once when a renew is refused (the ticket was
+revoked, or is no longer ours), CMD's process group gets SIGTERM, and
+SIGKILL shortly before the deadline, so it is gone before anyone else can
+get the ticket.
 The ticket is released when CMD exits.
 
 exit status:
   0  ok
-  1  the server refused (held, wrong token, not found, unavailable) or could
-     not be reached
+  1  the server refused (held, wrong token, revoked, not found, unavailable)
+     or could not be reached
   2  bad usage
   run: CMD's exit status (128 + N when a signal N ended it), or 75 when the
      ticket could not be had or was lost while CMD ran

@@ -25,6 +25,7 @@ var takes = map[string][]string{
 	"wait":    {"wait"},
 	"watch":   {"wait"},
 	"run":     nil, // parsed by parseRun (run.go)
+	"revoke":  {"token"},
 }
 
 // args is a parsed command line of one command.
@@ -98,7 +99,7 @@ func parseArgs(g *globals, cmd string, argv []string, env Env) (args, error) {
 	if stray != nil {
 		return a, stray
 	}
-	needName := cmd == "grant" || cmd == "renew" || cmd == "release" || cmd == "get" || cmd == "wait" || cmd == "watch"
+	needName := cmd == "grant" || cmd == "renew" || cmd == "release" || cmd == "get" || cmd == "wait" || cmd == "watch" || cmd == "revoke"
 	switch {
 	case cmd == "cluster" && len(pos) > 0 && pos[0] == "health":
 		switch {
@@ -128,7 +129,7 @@ func parseArgs(g *globals, cmd string, argv []string, env Env) (args, error) {
 	if slices.Contains(want, "lease") && (a.lease < 1 || a.lease > maxLeaseS) {
 		return a, usagef("needs --lease SECONDS in 1..=%d, got %d", maxLeaseS, a.lease)
 	}
-	if slices.Contains(want, "token") {
+	if slices.Contains(want, "token") && (cmd != "revoke" || *tokenS != "") { // revoke: optional
 		tok := &decimal{max: 1<<64 - 1}
 		if tok.Set(*tokenS) != nil || tok.v == 0 {
 			return a, usagef("needs --token N (a positive integer in plain decimal), got %q", *tokenS)
@@ -138,13 +139,27 @@ func parseArgs(g *globals, cmd string, argv []string, env Env) (args, error) {
 	return a, nil
 }
 
+// revoke revokes name's grant with token; without one, the grant Get
+// finds, so a repeat after a lost answer can never revoke a later grant
+// (client.Revoke sends a token-bound revoke again).
+func revoke(ctx context.Context, c *client.Client, name string, token uint64) (*wire.Ticket, error) {
+	if token == 0 {
+		t, err := c.Get(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		token = t.Token
+	}
+	return c.Revoke(ctx, name, token)
+}
+
 // dispatch runs one command and prints its answer.
 func dispatch(ctx context.Context, g *globals, cmd string, argv []string, env Env) error {
 	a, err := parseArgs(g, cmd, argv, env)
 	if err != nil {
 		return err
 	}
-	c, tr, err := g.client(env, cmd == "cluster" && a.health == nil)
+	c, tr, err := g.client(env, cmd == "cluster" && a.health == nil || cmd == "revoke")
 	if err != nil {
 		return err
 	}
@@ -180,6 +195,11 @@ func dispatch(ctx context.Context, g *globals, cmd string, argv []string, env En
 		var t *wire.Ticket
 		if t, err = c.Get(ctx, a.name); err == nil {
 			p.tickets([]wire.Ticket{*t}, false, t)
+		}
+	case "revoke":
+		var t *wire.Ticket
+		if t, err = revoke(ctx, c, a.name, a.token); err == nil {
+			p.revoked(t)
 		}
 	case "list":
 		var l *wire.TicketList

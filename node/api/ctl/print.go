@@ -70,6 +70,17 @@ func (p printer) released(r *wire.Released) {
 	fmt.Fprintf(p.out, "released %s (holder %s, token %d)\n", r.Name, showHolder(r.Holder), r.Token)
 }
 
+// revoked prints a Revoke's answer: the ticket as get shows it, and what
+// it means for its holder.
+func (p printer) revoked(t *wire.Ticket) {
+	if p.json {
+		printJSON(p.out, t)
+		return
+	}
+	fmt.Fprintf(p.out, "revoked %s (holder %s, token %d): it can no longer be renewed; it frees at its server expiry %s, or when its holder releases it\n",
+		t.Name, showHolder(t.Holder), t.Token, p.wall(t.ServerExpiryUnixMs))
+}
+
 func (p printer) tickets(ts []wire.Ticket, truncated bool, raw any) {
 	if p.json {
 		printJSON(p.out, raw)
@@ -82,7 +93,11 @@ func (p printer) tickets(ts []wire.Ticket, truncated bool, raw any) {
 	w := p.table()
 	fmt.Fprintln(w, "NAME\tHOLDER\tTOKEN\tLEASE\tVALID BEFORE (conservative)\tSERVER EXPIRY (not a client deadline)")
 	for _, t := range ts {
-		fmt.Fprintf(w, "%s\t%s\t%d\t%ds\t%s\t%s\n", t.Name, showHolder(t.Holder), t.Token, t.LeaseS,
+		tok := strconv.FormatUint(t.Token, 10)
+		if t.Revoked {
+			tok += " (revoked)" // SPEC §4: no renew; frees at the server expiry
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%ds\t%s\t%s\n", t.Name, showHolder(t.Holder), tok, t.LeaseS,
 			p.wall(t.ConservativeValidBeforeUnixMs), p.wall(t.ServerExpiryUnixMs))
 	}
 	w.Flush()

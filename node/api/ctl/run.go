@@ -201,7 +201,11 @@ func supervise(ctx context.Context, s *client.Session, pgid int, grace time.Dura
 			done = true
 		case <-sdone:
 			sdone, lost = nil, true
-			term("the ticket was lost")
+			if errors.Is(s.Err(), client.ErrRevoked) {
+				term("the ticket was revoked by an administrator")
+			} else {
+				term("the ticket was lost")
+			}
 		case <-stop:
 			stop = nil
 			term("stopping")

@@ -186,3 +186,48 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// SPEC §4 (Revoke): ticketctl revoke NAME [--token N] needs the admin
+// token; it revokes the grant held now (or the one named), says what that
+// means, and get and list mark the ticket revoked.
+func TestRevokeCommand(t *testing.T) {
+	addr, adminFile := startNode(t)
+	env := map[string]string{"TICKETCTL_ADDR": addr}
+	r := runCtl(t, env, "grant", "job", "--holder", "alice", "--lease", "30", "--json")
+	var g wire.Grant
+	if r.code != 0 || json.Unmarshal([]byte(r.out), &g) != nil {
+		t.Fatalf("grant: %+v", r)
+	}
+	if r = runCtl(t, env, "revoke", "job"); r.code != 2 || !strings.Contains(r.stderr, "--admin-token-file") {
+		t.Fatalf("revoke without the admin token: %+v", r)
+	}
+	if r = runCtl(t, env, "revoke", "--admin-token-file", adminFile); r.code != 2 {
+		t.Fatalf("revoke without a name: %+v", r)
+	}
+	if r = runCtl(t, env, "revoke", "job", "--holder", "x", "--admin-token-file", adminFile); r.code != 2 {
+		t.Fatalf("revoke --holder: %+v", r)
+	}
+	other := strconv.FormatUint(g.Token+1, 10)
+	if r = runCtl(t, env, "revoke", "job", "--token", other, "--admin-token-file", adminFile); r.code != 1 || !strings.Contains(r.stderr, "wrong_token") {
+		t.Fatalf("revoke of another token: %+v", r)
+	}
+	if r = runCtl(t, env, "revoke", "free", "--admin-token-file", adminFile); r.code != 1 || !strings.Contains(r.stderr, "not_found") {
+		t.Fatalf("revoke of a free ticket: %+v", r)
+	}
+	r = runCtl(t, env, "revoke", "job", "--admin-token-file", adminFile)
+	if r.code != 0 || !strings.Contains(r.out, "revoked job (holder alice, token "+strconv.FormatUint(g.Token, 10)+"): it can no longer be renewed") {
+		t.Fatalf("revoke: %+v", r)
+	}
+	r = runCtl(t, env, "revoke", "job", "--token", strconv.FormatUint(g.Token, 10), "--admin-token-file", adminFile, "--json")
+	var tk wire.Ticket
+	if r.code != 0 || json.Unmarshal([]byte(r.out), &tk) != nil || !tk.Revoked {
+		t.Fatalf("revoke again --json: %+v", r)
+	}
+	if r = runCtl(t, env, "get", "job"); r.code != 0 || !strings.Contains(r.out, " (revoked)") {
+		t.Fatalf("get after revoke: %+v", r)
+	}
+	env["TICKETCTL_HOLDER"] = "alice"
+	if r = runCtl(t, env, "renew", "job", "--token", strconv.FormatUint(g.Token, 10), "--lease", "30"); r.code != 1 || !strings.Contains(r.stderr, "revoked") {
+		t.Fatalf("renew after revoke: %+v", r)
+	}
+}

@@ -101,6 +101,11 @@ func (p printer) watched(name string, w *client.Watched) {
 		return
 	}
 	t := w.Ticket
+	if t.Revoked {
+		fmt.Fprintf(p.out, "%s held by %s token %d, revoked: frees at %s (index %d)\n",
+			name, showHolder(t.Holder), t.Token, p.wall(t.ServerExpiryUnixMs), w.Index)
+		return
+	}
 	fmt.Fprintf(p.out, "%s held by %s token %d lease %ds valid before %s (index %d)\n",
 		name, showHolder(t.Holder), t.Token, t.LeaseS, p.wall(t.ConservativeValidBeforeUnixMs), w.Index)
 }

@@ -24,6 +24,13 @@ type ReleaseRequest struct {
 	Token  uint64 `json:"token"`
 }
 
+// RevokeRequest is the optional body of POST /v1/tickets/{name}/revoke
+// (admin, SPEC §4): with a token, only that grant is revoked. The answer
+// is the ticket as GET shows it (Ticket, Revoked set).
+type RevokeRequest struct {
+	Token uint64 `json:"token,omitempty"`
+}
+
 // Grant is the 200 answer to grant and renew.
 type Grant struct {
 	Name   string `json:"name"`
@@ -68,6 +75,10 @@ type Ticket struct {
 	// (a watch's answer, SPEC §4.2; also in the X-Ticket-Index header).
 	// Pass it back as ?index= to wait for the next change.
 	ModifyIndex uint64 `json:"modify_index,omitempty"`
+	// Revoked: an administrator revoked it (SPEC §4). Its holder can no
+	// longer renew it and must stop using the token; it frees at its
+	// server-side expiry, or earlier by its holder's release.
+	Revoked bool `json:"revoked,omitempty"`
 }
 
 // TicketList is the answer to GET /v1/tickets.

@@ -32,10 +32,11 @@ const (
 	OpRelease
 	OpGet
 	OpList
-	OpWatch // a blocking read (SPEC §4.2)
+	OpWatch  // a blocking read (SPEC §4.2)
+	OpRevoke // an administrator's Revoke (SPEC §4); the HTTP API checked the admin token
 )
 
-var opNames = map[Op]string{OpGrant: "grant", OpRenew: "renew", OpRelease: "release", OpGet: "get", OpList: "list", OpWatch: "watch"}
+var opNames = map[Op]string{OpGrant: "grant", OpRenew: "renew", OpRelease: "release", OpGet: "get", OpList: "list", OpWatch: "watch", OpRevoke: "revoke"}
 
 func (o Op) String() string {
 	if s, ok := opNames[o]; ok {
@@ -44,9 +45,10 @@ func (o Op) String() string {
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
 
-// IsWrite reports whether the op changes state (grant, renew, release):
-// such a request whose outcome is unknown must not be retried blindly.
-func (o Op) IsWrite() bool { return o == OpGrant || o == OpRenew || o == OpRelease }
+// IsWrite reports whether the op changes state (grant, renew, release,
+// revoke): such a request whose outcome is unknown must not be retried
+// blindly.
+func (o Op) IsWrite() bool { return o == OpGrant || o == OpRenew || o == OpRelease || o == OpRevoke }
 
 // Code is the outcome of a forwarded request.
 type Code uint8
@@ -83,6 +85,7 @@ func (c Code) String() string {
 //	get:     Name
 //	list:    Prefix, Limit
 //	watch:   Name, Index, WaitMs
+//	revoke:  Name, Token (0: whoever holds it)
 //
 // Encoding a request with a field its op does not use is an error. Values
 // are not checked here (a lease_s of 0 travels): the leader validates them
@@ -111,6 +114,7 @@ type Ticket struct {
 	ConservativeValidBeforeUnixMs uint64
 	ServerExpiryUnixMs            uint64
 	RemainingMs                   uint64
+	Revoked                       bool // SPEC §4 (Revoke)
 }
 
 // Watched is the answer to a watch: the ticket's modify index and the
@@ -161,6 +165,12 @@ const (
 	bodyList   = 2
 	bodyWatch  = 3 // u64 index, bool held, then the ticket when held
 	bodyWaited = 4 // a ticket, then u64 waited_ms (> 0)
+	// bodyFlagged, or'ed into a tag with tickets, says each ticket ends
+	// with a u8 of flags (bit 0: revoked). A body is flagged only when one
+	// of its tickets has a flag set, so a peer of the release before
+	// revocations reads every answer that holds none.
+	bodyFlagged = 0x10
+	flagRevoked = 1
 )
 
 // Decoding errors. Every decode failure wraps ErrMalformed.
@@ -209,8 +219,9 @@ func ReadFrame(r io.Reader) ([]byte, error) {
 // --- encoding
 
 type enc struct {
-	b   []byte
-	err error
+	b       []byte
+	err     error
+	flagged bool // tickets carry their flags byte
 }
 
 func (e *enc) u8(v uint8)   { e.b = append(e.b, v) }
@@ -259,10 +270,10 @@ func unused(r Request) []string {
 			out = append(out, name)
 		}
 	}
-	g, rn, rl, gt, ls, wt := r.Op == OpGrant, r.Op == OpRenew, r.Op == OpRelease, r.Op == OpGet, r.Op == OpList, r.Op == OpWatch
-	check(g || rn || rl || gt || wt, r.Name != "", "name")
+	g, rn, rl, gt, ls, wt, rv := r.Op == OpGrant, r.Op == OpRenew, r.Op == OpRelease, r.Op == OpGet, r.Op == OpList, r.Op == OpWatch, r.Op == OpRevoke
+	check(g || rn || rl || gt || wt || rv, r.Name != "", "name")
 	check(g || rn || rl, r.Holder != "", "holder")
-	check(rn || rl, r.Token != 0, "token")
+	check(rn || rl || rv, r.Token != 0, "token")
 	check(g || rn, r.LeaseS != 0, "lease_s")
 	check(ls, r.Prefix != "", "prefix")
 	check(ls, r.Limit != 0, "limit")
@@ -306,6 +317,9 @@ func AppendRequest(id uint64, r Request) ([]byte, error) {
 		e.str(r.Name)
 		e.u64(r.Index)
 		e.u32(r.WaitMs)
+	case OpRevoke:
+		e.str(r.Name)
+		e.u64(r.Token)
 	}
 	return e.done()
 }
@@ -318,6 +332,32 @@ func (e *enc) ticket(t Ticket) {
 	e.u64(t.ConservativeValidBeforeUnixMs)
 	e.u64(t.ServerExpiryUnixMs)
 	e.u64(t.RemainingMs)
+	if e.flagged {
+		var f uint8
+		if t.Revoked {
+			f |= flagRevoked
+		}
+		e.u8(f)
+	}
+}
+
+// flagged reports whether a response's tickets need their flags byte.
+func (r *Response) flagged() bool {
+	var ts []Ticket
+	switch {
+	case r.Ticket != nil:
+		ts = []Ticket{*r.Ticket}
+	case r.List != nil:
+		ts = r.List.Tickets
+	case r.Watched != nil && r.Watched.Ticket != nil:
+		ts = []Ticket{*r.Watched.Ticket}
+	}
+	for _, t := range ts {
+		if t.Revoked {
+			return true
+		}
+	}
+	return false
 }
 
 // AppendResponse encodes a response frame body (without the length prefix).
@@ -338,23 +378,27 @@ func AppendResponse(id uint64, r Response) ([]byte, error) {
 	e.str(r.Reason)
 	e.str(r.Holder)
 	e.u64(r.Token)
+	var flag uint8
+	if e.flagged = r.flagged(); e.flagged {
+		flag = bodyFlagged
+	}
 	switch {
 	case r.Ticket != nil && r.WaitedMs > 0:
-		e.u8(bodyWaited)
+		e.u8(bodyWaited | flag)
 		e.ticket(*r.Ticket)
 		e.u64(r.WaitedMs)
 	case r.Ticket != nil:
-		e.u8(bodyTicket)
+		e.u8(bodyTicket | flag)
 		e.ticket(*r.Ticket)
 	case r.List != nil:
-		e.u8(bodyList)
+		e.u8(bodyList | flag)
 		e.u32(uint32(len(r.List.Tickets)))
 		for _, t := range r.List.Tickets {
 			e.ticket(t)
 		}
 		e.bool(r.List.Truncated)
 	case r.Watched != nil:
-		e.u8(bodyWatch)
+		e.u8(bodyWatch | flag)
 		e.u64(r.Watched.Index)
 		e.bool(r.Watched.Ticket != nil)
 		if r.Watched.Ticket != nil {
@@ -369,8 +413,9 @@ func AppendResponse(id uint64, r Response) ([]byte, error) {
 // --- decoding
 
 type dec struct {
-	b   []byte
-	err error
+	b       []byte
+	err     error
+	flagged bool // tickets carry their flags byte
 }
 
 func (d *dec) take(n int, what string) []byte {
@@ -468,6 +513,8 @@ func ParseRequest(body []byte) (id uint64, r Request, err error) {
 		r.Prefix, r.Limit = d.str("prefix"), d.u32("limit")
 	case OpWatch:
 		r.Name, r.Index, r.WaitMs = d.str("name"), d.u64("index"), d.u32("wait_ms")
+	case OpRevoke:
+		r.Name, r.Token = d.str("name"), d.u64("token")
 	default:
 		if d.err == nil {
 			return 0, Request{}, malformed("unknown op %d", uint8(r.Op))
@@ -480,11 +527,21 @@ func ParseRequest(body []byte) (id uint64, r Request, err error) {
 }
 
 func (d *dec) ticket() Ticket {
-	return Ticket{
+	t := Ticket{
 		Name: d.str("ticket name"), Holder: d.str("ticket holder"), Token: d.u64("ticket token"),
 		LeaseS: d.u32("ticket lease_s"), ConservativeValidBeforeUnixMs: d.u64("conservative_valid_before_unix_ms"),
 		ServerExpiryUnixMs: d.u64("server_expiry_unix_ms"), RemainingMs: d.u64("remaining_ms"),
 	}
+	if d.flagged {
+		switch f := d.u8("ticket flags"); {
+		case d.err != nil:
+		case f&^flagRevoked != 0:
+			d.err = malformed("ticket flags %#02x: unknown bits", f)
+		default:
+			t.Revoked = f&flagRevoked != 0
+		}
+	}
+	return t
 }
 
 // minTicket is the encoded size of a ticket with empty strings.
@@ -503,7 +560,14 @@ func ParseResponse(body []byte) (id uint64, r Response, err error) {
 		return 0, Response{}, malformed("unknown code %d", uint8(r.Code))
 	}
 	r.Message, r.Stage, r.Reason, r.Holder, r.Token = d.str("message"), d.str("stage"), d.str("reason"), d.str("holder"), d.u64("token")
-	switch tag := d.u8("body"); {
+	tag := d.u8("body")
+	if d.flagged = tag&bodyFlagged != 0; d.flagged {
+		tag &^= bodyFlagged
+		if tag == bodyNone {
+			return 0, Response{}, malformed("flagged body tag %d without a ticket", tag|bodyFlagged)
+		}
+	}
+	switch {
 	case d.err != nil:
 	case tag == bodyNone:
 	case tag == bodyTicket:
@@ -538,6 +602,9 @@ func ParseResponse(body []byte) (id uint64, r Response, err error) {
 	}
 	if err := d.end(); err != nil {
 		return 0, Response{}, err
+	}
+	if d.flagged && !r.flagged() {
+		return 0, Response{}, malformed("a flagged body whose tickets have no flag set")
 	}
 	return id, r, nil
 }

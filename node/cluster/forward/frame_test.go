@@ -20,11 +20,15 @@ func sampleRequests() []Request {
 		{Op: OpList},
 		{Op: OpWatch, Name: "lock", Index: 1 << 50, WaitMs: 300_000},
 		{Op: OpWatch, Name: "lock"},
+		{Op: OpRevoke, Name: "lock", Token: 1<<48 | 5},
+		{Op: OpRevoke, Name: "lock"},
 	}
 }
 
 func sampleResponses() []Response {
 	tk := Ticket{Name: "n", Holder: "h", Token: 42, LeaseS: 30, ConservativeValidBeforeUnixMs: 1_800_000_030_000, ServerExpiryUnixMs: 1_800_000_030_500, RemainingMs: 30_000}
+	rv := tk
+	rv.Revoked = true
 	out := []Response{
 		{Code: CodeOK, Ticket: &tk},
 		{Code: CodeOK, List: &List{Tickets: []Ticket{tk, {Name: "m"}}, Truncated: true}},
@@ -33,6 +37,10 @@ func sampleResponses() []Response {
 		{Code: CodeOK, Watched: &Watched{Index: 77, Ticket: &tk}},
 		{Code: CodeOK, Watched: &Watched{Index: 78}},
 		{Code: CodeOK, Ticket: &tk, WaitedMs: 12_345},
+		{Code: CodeOK, Ticket: &rv},
+		{Code: CodeOK, Ticket: &rv, WaitedMs: 1},
+		{Code: CodeOK, List: &List{Tickets: []Ticket{tk, rv}}},
+		{Code: CodeOK, Watched: &Watched{Index: 79, Ticket: &rv}},
 	}
 	for c := CodeHeld; c < codeCount; c++ {
 		r := Response{Code: c, Message: "because " + c.String()}
@@ -184,5 +192,36 @@ func TestErrorIs(t *testing.T) {
 	e := Response{Code: CodeHeld, Message: "ticket \"n\" is held", Holder: "h", Token: 3}.Err()
 	if !strings.Contains(e.Error(), `held by "h", token 3`) {
 		t.Errorf("held error text %q", e)
+	}
+}
+
+// SPEC §4 (Revoke): a revoked ticket travels with a flags byte under a
+// flagged body tag; an answer without one is encoded exactly as before
+// revocations (a peer of the previous release reads it); a flagged body
+// whose tickets carry no flag, or an unknown flag bit, is malformed.
+func TestRevokedFlag(t *testing.T) {
+	tk := Ticket{Name: "n", Holder: "h", Token: 1}
+	plain, _ := AppendResponse(1, Response{Code: CodeOK, Ticket: &tk})
+	const tagAt = headerLen + 1 + 4*2 + 8 // code, four empty strings, token
+	if plain[tagAt] != bodyTicket {
+		t.Fatalf("an answer without a revoked ticket is not tagged %d", bodyTicket)
+	}
+	rv := tk
+	rv.Revoked = true
+	flagged, _ := AppendResponse(1, Response{Code: CodeOK, Ticket: &rv})
+	if len(flagged) != len(plain)+1 {
+		t.Fatalf("flagged answer of %d bytes, plain %d", len(flagged), len(plain))
+	}
+	if flagged[tagAt] != bodyTicket|bodyFlagged {
+		t.Fatalf("tag %d", flagged[tagAt])
+	}
+	for name, b := range map[string][]byte{
+		"no flag set":  append(append([]byte(nil), flagged[:len(flagged)-1]...), 0),
+		"unknown bit":  append(append([]byte(nil), flagged[:len(flagged)-1]...), 3),
+		"flagged none": append(append([]byte(nil), flagged[:tagAt]...), bodyFlagged),
+	} {
+		if _, _, err := ParseResponse(b); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }
