@@ -239,6 +239,10 @@ func TestRollingRestartAndUpgrade(t *testing.T) {
 	}
 	defer stop()
 	loadFrom := time.Now()
+	// The baseline: 5 s of steady load after 3 s of warming up
+	// (connections, the first Raft batches).
+	workload.Pause(context.Background(), 3*time.Second)
+	steadyFrom := time.Now()
 	workload.Pause(context.Background(), 5*time.Second)
 
 	type pass struct {
@@ -267,7 +271,7 @@ func TestRollingRestartAndUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d clients, one multi-address client: %s", clients, res.Summary())
-	base := latencies(h, w, loadFrom, passes[0].from)
+	base := latencies(h, w, steadyFrom, passes[0].from)
 	t.Logf("before the restarts: %d ops, p50 %.1f ms, p99 %.1f ms, max %.1f ms", len(base), quantile(base, 0.5), quantile(base, 0.99), quantile(base, 1))
 	for _, p := range passes {
 		lat := latencies(h, w, p.from, p.to)
