@@ -64,9 +64,27 @@ const rollingDown = 2 * time.Second
 type restartStep struct {
 	name        string
 	code        int           // SIGTERM's exit status
+	stopAt      time.Time     // SIGTERM sent
 	stopTook    time.Duration // SIGTERM to exit
+	startAt     time.Time
 	healthyTook time.Duration // start to the cluster's health
 	lostVote    []string      // leader's voters seen while it was down, without it
+}
+
+// during says what step st was doing when an op was called (call, on
+// the history clock of w), or "" when it was outside the step.
+func (st restartStep) during(w *workload.Runner, call int64) string {
+	switch {
+	case call < w.At(st.stopAt):
+		return ""
+	case call < w.At(st.stopAt.Add(st.stopTook)):
+		return st.name + " stopping"
+	case call < w.At(st.startAt):
+		return st.name + " down"
+	case st.healthyTook == 0 || call < w.At(st.startAt.Add(st.healthyTook)):
+		return st.name + " starting, before the cluster's health"
+	}
+	return ""
 }
 
 // rollingPass stops each node in turn with SIGTERM, keeps it down
@@ -86,12 +104,12 @@ func rollingPass(t *testing.T, sc *superCluster, bin string, useCtl bool) (steps
 		if id == nil {
 			return steps, from, to, fmt.Errorf("%s is not running before its restart", name)
 		}
-		stopAt := time.Now()
+		st.stopAt = time.Now()
 		code, err := sc.nodes[name].stop(syscall.SIGTERM, 30*time.Second)
 		if err != nil {
 			return steps, from, to, err
 		}
-		st.code, st.stopTook = code, time.Since(stopAt)
+		st.code, st.stopTook = code, time.Since(st.stopAt)
 		for end := time.Now().Add(rollingDown); time.Now().Before(end); {
 			for _, other := range clusterNames {
 				if other == name {
@@ -117,7 +135,7 @@ func rollingPass(t *testing.T, sc *superCluster, bin string, useCtl bool) (steps
 			}
 			time.Sleep(250 * time.Millisecond) // the voter watch's poll while the node is down
 		}
-		startAt := time.Now()
+		st.startAt = time.Now()
 		sc.nodes[name].start(bin)
 		steps = append(steps, st)
 		if useCtl {
@@ -130,8 +148,8 @@ func rollingPass(t *testing.T, sc *superCluster, bin string, useCtl bool) (steps
 		if err := sc.waitHealthy(60*time.Second, nil); err != nil {
 			return steps, from, to, fmt.Errorf("after restarting %s: %v", name, err)
 		}
-		steps[len(steps)-1].healthyTook = time.Since(startAt)
-		t.Logf("%s: SIGTERM → exit %d in %v, down %v, healthy %v after its start", name, st.code, st.stopTook.Round(time.Millisecond), rollingDown, time.Since(startAt).Round(time.Millisecond))
+		steps[len(steps)-1].healthyTook = time.Since(st.startAt)
+		t.Logf("%s: SIGTERM → exit %d in %v, down %v, healthy %v after its start", name, st.code, st.stopTook.Round(time.Millisecond), rollingDown, time.Since(st.startAt).Round(time.Millisecond))
 	}
 	return steps, from, to, nil
 }
@@ -284,7 +302,13 @@ func TestRollingRestartAndUpgrade(t *testing.T) {
 				t.Errorf("… %d more", len(errs)-10)
 				break
 			}
-			t.Errorf("rolling %s: an error surfaced to a caller: %v", p.name, op)
+			at := "between nodes"
+			for _, st := range p.steps {
+				if d := st.during(w, op.Call); d != "" {
+					at = d
+				}
+			}
+			t.Errorf("rolling %s: an error surfaced to a caller (%s): %v", p.name, at, op)
 		}
 		for _, st := range p.steps {
 			if st.code != 0 {
