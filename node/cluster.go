@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -68,6 +69,11 @@ type clusterNode struct {
 	clientLeader, clientLeaderAddr string // a gossip-only client's leader (discoverLeader)
 
 	life lifecycle // clock-failure lifecycle (cluster_failed.go)
+
+	// keepGossip: this node stops as a voter of the configuration (set by
+	// noteStop before Raft closes): it ends its gossip without a leave
+	// message, so it keeps its vote (SPEC §5).
+	keepGossip atomic.Bool
 }
 
 // advertised is membership's AdvertisedKey, bound after the mesh listens
@@ -287,10 +293,32 @@ func (cl *clusterNode) startMembership(h *clusterHooks) error {
 	return nil
 }
 
-// close leaves the gossip and closes the mesh (after Raft closed).
+// noteStop records, before Raft closes, whether this node stops as a voter
+// that keeps its vote: a voter of the configuration whose NodeId is not
+// retired (SPEC §5: a graceful stop does not leave the gossip pool; only
+// `ticketctl cluster remove`, a replacement or raft.dead_voter_grace takes
+// a voter out).
+func (cl *clusterNode) noteStop() {
+	keep := false
+	if r := cl.n.raft(); r != nil && !cl.life.retired.Load() {
+		if f := r.GetConfiguration(); f.Error() == nil {
+			for _, s := range f.Configuration().Servers {
+				keep = keep || s.ID == raft.ServerID(cl.n.cfg.Cluster.Name) && s.Suffrage == raft.Voter
+			}
+		}
+	}
+	cl.keepGossip.Store(keep)
+}
+
+// close ends this node's gossip and closes the mesh (after Raft closed). A
+// voter stops without a leave message (noteStop): the others see it dead,
+// keep its slot for raft.dead_voter_grace and take it back as a voter when
+// it returns. Any other node leaves, so the others see it left at once.
 func (cl *clusterNode) close() {
 	if cl.mem != nil {
-		if err := cl.mem.Leave(time.Second); err != nil && !errors.Is(err, membership.ErrClosed) {
+		if cl.keepGossip.Load() {
+			cl.log.Info("stopping without leaving the gossip pool: a voter keeps its vote (SPEC §5)")
+		} else if err := cl.mem.Leave(time.Second); err != nil && !errors.Is(err, membership.ErrClosed) {
 			cl.log.Warn("gossip leave", "err", err)
 		}
 		_ = cl.mem.Close()
@@ -575,7 +603,7 @@ func (cl *clusterNode) lead(ctx context.Context) {
 		Raft: failClosedRaft{reconcile.NewRaftAdapter(rr, 5*time.Second).WithShutdownEnd(cl.n.endsAtShutdown), cl.life.retired.Load}, LocalID: cl.n.cfg.Cluster.Name, Members: func() []reconcile.Member { return cl.withRetired(cl.reconcileMembers(rr)) },
 		Limits:   reconcile.Limits{MaxVoters: maxVoters, MaxStandbys: cl.n.cfg.Cluster.Raft.MaxStandbys},
 		Debounce: cl.n.cfg.Cluster.Raft.ReconcileDebounce, Logger: cl.log.With("component", "reconcile"),
-		Progress: cl.progress(ctx), StableFor: cl.stableFor,
+		Progress: cl.progress(ctx), StableFor: cl.stableFor, DeadVoterGrace: cl.n.cfg.Cluster.Raft.DeadVoterGrace,
 		Registerer: cl.n.reg,
 	})
 	if err != nil {

@@ -130,7 +130,11 @@ func failLeader(t *testing.T, tc *testCluster, leader string, ticketName string)
 // restart on its data dir is refused with the new-NodeId message, and the
 // same NodeId joining again (new data dir) is refused by the reconciler.
 func TestClusterLeaderClockFails(t *testing.T) {
-	tc, leader := formThree(t)
+	// No replacement comes here: the retired voter goes once
+	// raft.dead_voter_grace has passed (SPEC §5).
+	tc, leader := formThree(t, func(tc *testCluster) {
+		tc.edit = func(c *Config) { c.Cluster.Raft.DeadVoterGrace = 300 * time.Millisecond }
+	})
 	lc := tc.nodes[leader]
 	if _, err := lc.tn.c.Grant(bg, "before", "w", 30); err != nil {
 		t.Fatal(err)
@@ -173,7 +177,7 @@ func TestClusterLeaderClockFails(t *testing.T) {
 		t.Fatalf("cluster mode wrote the single-node FAILED marker (%v)", err)
 	}
 	// Recorded retired in every FSM (the failing leader proposed it before
-	// handing over), and removed from the configuration.
+	// handing over), and removed from the configuration past the grace.
 	waitFor(t, "every FSM holds "+leader+" retired", 10*time.Second, func() bool {
 		for _, name := range tc.names {
 			if !tc.nodes[name].n.fsm.IsRetired(leader) {

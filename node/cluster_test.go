@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"log/slog"
 	"net"
@@ -48,6 +49,11 @@ type testCluster struct {
 	// slow: Raft and gossip timeouts four times longer, so that 7 or 10
 	// nodes under -race on two shared cores keep a leader.
 	slow bool
+	// logTo, if set, receives every node's log lines too (each carries
+	// node=NAME).
+	logTo io.Writer
+	// edit, if set, edits every node's config before startWith's own edit.
+	edit func(*Config)
 }
 
 type clusterMember struct {
@@ -92,6 +98,9 @@ func (tc *testCluster) startWith(name, join string, expect int, edit func(*Confi
 		c.Cluster.Internode.TrustedPeerKeys = tc.trust
 		c.Cluster.Raft.BootstrapExpect = expect
 		c.Cluster.Raft.ReconcileDebounce = 100 * time.Millisecond
+		if tc.edit != nil {
+			tc.edit(c)
+		}
 		if edit != nil {
 			edit(c)
 		}
@@ -100,7 +109,11 @@ func (tc *testCluster) startWith(name, join string, expect int, edit func(*Confi
 	// memberlist's own goroutines may log a moment after Shutdown returns.
 	gl := &guardedLog{t: t}
 	t.Cleanup(gl.stop)
-	cm.an.deps.Logger = slog.New(slog.NewTextHandler(gl, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", name)
+	var lw io.Writer = gl
+	if tc.logTo != nil {
+		lw = io.MultiWriter(gl, tc.logTo)
+	}
+	cm.an.deps.Logger = slog.New(slog.NewTextHandler(lw, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", name)
 	cm.an.deps.cluster = &clusterHooks{
 		mesh: func(c *mesh.Config) {
 			c.BindPort = mesh.EphemeralPort

@@ -12,8 +12,10 @@ import (
 	"github.com/tckclk/tckclk/internal/config"
 	"github.com/tckclk/tckclk/internal/secret"
 	"github.com/tckclk/tckclk/node/clockhealth"
+	"github.com/tckclk/tckclk/node/cluster/identity"
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/cluster/mesh"
+	"github.com/tckclk/tckclk/node/cluster/reconcile"
 	"github.com/tckclk/tckclk/node/consensus"
 	"go.yaml.in/yaml/v3"
 )
@@ -99,6 +101,10 @@ type RaftConfig struct {
 	MaxVoters         int           `yaml:"max_voters"`
 	MaxStandbys       int           `yaml:"max_standbys"`
 	ReconcileDebounce time.Duration `yaml:"reconcile_debounce"`
+	// DeadVoterGrace is how long a gone voter (gossip-dead or retired,
+	// silent in Raft) keeps its slot when no caught-up replacement can
+	// take it (SPEC §5); at least reconcile_debounce.
+	DeadVoterGrace time.Duration `yaml:"dead_voter_grace"`
 	// SnapshotThreshold is how many log entries since the last snapshot
 	// trigger a new one; SnapshotInterval how often that is checked;
 	// TrailingLogs how many entries a snapshot leaves in the log.
@@ -197,7 +203,8 @@ func DefaultConfig() Config {
 				Eligible:          true,
 				MaxVoters:         DefaultMaxVoters,
 				MaxStandbys:       DefaultMaxStandby,
-				ReconcileDebounce: 2 * time.Second,
+				ReconcileDebounce: reconcile.DefaultDebounce,
+				DeadVoterGrace:    reconcile.DefaultDeadVoterGrace,
 				SnapshotThreshold: 8192,
 				SnapshotInterval:  30 * time.Second,
 				TrailingLogs:      10240,
@@ -253,6 +260,10 @@ func (c *Config) Validate() error {
 			return err
 		}
 	}
+	if name, gen, ok := strings.Cut(c.Cluster.Name, identity.GenerationSep); ok {
+		return config.Errorf("cluster.name", "%q carries a generation suffix (%s%s): set cluster.name to %q; a node picks its generation itself when it replaces a retired one (SPEC §3.4)",
+			c.Cluster.Name, identity.GenerationSep, gen, name)
+	}
 	if err := validName(c.Cluster.Name); err != nil {
 		return config.Errorf("cluster.name", "%v", err)
 	}
@@ -283,6 +294,11 @@ func (c *Config) Validate() error {
 	}
 	if r.ReconcileDebounce < 0 {
 		return config.Errorf("cluster.raft.reconcile_debounce", "%v is negative", r.ReconcileDebounce)
+	}
+	// A grace shorter than the debounce would end before the reconciler
+	// looked (SPEC §5).
+	if debounce := cmp.Or(r.ReconcileDebounce, reconcile.DefaultDebounce); r.DeadVoterGrace < debounce {
+		return config.Errorf("cluster.raft.dead_voter_grace", "%v is below cluster.raft.reconcile_debounce (%v): a gone voter must keep its slot at least until the reconciler looks again", r.DeadVoterGrace, debounce)
 	}
 	if err := c.Cluster.Liveness.validate("cluster.liveness"); err != nil {
 		return err

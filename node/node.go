@@ -260,6 +260,9 @@ func (n *Node) run(ctx context.Context, deps *Deps) (err error) {
 	// instead of running out its enqueue timeout.
 	defer func() {
 		stop()
+		if n.cl != nil {
+			n.cl.noteStop() // before Raft closes: does this voter keep its vote?
+		}
 		if cerr := cons.Close(); cerr != nil && err == nil {
 			err = cerr
 		}
@@ -275,10 +278,11 @@ func (n *Node) run(ctx context.Context, deps *Deps) (err error) {
 	for {
 		select {
 		case <-ctx.Done():
-			// Graceful stop (issue 12 item 6): a cluster leader hands its
+			// Graceful stop (SPEC §5): a cluster leader hands its
 			// leadership to another voter first, then in-flight requests
 			// finish (forwarding reaches the new leader), then Raft closes
-			// and the node leaves the gossip (the deferred calls).
+			// and gossip ends — without a leave message for a voter, which
+			// keeps its vote (the deferred calls).
 			n.stage.set(StageStopping, "")
 			if n.cl != nil {
 				n.handOffLeadership()

@@ -25,6 +25,7 @@ var keyHelp = map[string]string{
 	"cluster.raft.max_voters":               "voters at most (cluster mode)",
 	"cluster.raft.max_standbys":             "standbys at most (cluster mode)",
 	"cluster.raft.reconcile_debounce":       "wait before reconciling membership (cluster mode)",
+	"cluster.raft.dead_voter_grace":         "a stopped or dead voter keeps its slot this long when no caught-up node can take it, at least reconcile_debounce (cluster mode)",
 	"cluster.raft.snapshot_threshold":       "log entries since the last snapshot that trigger one",
 	"cluster.raft.snapshot_interval":        "how often the threshold is checked",
 	"cluster.raft.trailing_logs":            "log entries a snapshot leaves in the log",

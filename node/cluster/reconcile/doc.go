@@ -16,8 +16,11 @@
 //   - a node is added only as a non-voter and promoted only when CaughtUp;
 //     a retired, clock-unhealthy or ineligible node is never added or
 //     promoted and is taken out; the leader is never demoted or removed;
-//   - dead voters (gossip-dead and silent in Raft) are removed, a minority
-//     of the current voters per plan at most.
+//   - a gone voter (gossip-dead or retired, and silent in Raft) keeps its
+//     slot while raft.dead_voter_grace runs (the Runner times it:
+//     Member.DeadPastGrace), unless a caught-up replacement takes it —
+//     promoted first, then the gone voter removed; past the grace it is
+//     removed, a minority of the current voters per plan at most.
 //
 // Hazards: Plan trusts its input. A configuration server missing from
 // Input.Members counts as dead, so list every configuration server with its

@@ -53,6 +53,11 @@ type Member struct {
 	// a while. Only a caught-up non-voter is promoted. (Runner.Progress
 	// computes it; otherwise the Members func sets it.)
 	CaughtUp bool
+	// DeadPastGrace: a voter that is gone (gossip-dead, or retired, and
+	// silent in Raft) has been so for raft.dead_voter_grace: it may now be
+	// removed without a replacement. Until then it keeps its slot. (The
+	// Runner computes it.)
+	DeadPastGrace bool
 }
 
 // Server is one entry of the current Raft configuration.
@@ -157,6 +162,15 @@ type node struct {
 	up       bool // alive in gossip, or (in the configuration) in Raft contact, or the leader
 	fit      bool // may hold a voter or standby slot
 	ready    bool // may be a voter now: a voter already, or a caught-up non-voter
+	held     bool // a gone voter within raft.dead_voter_grace: keeps its slot until a replacement takes it
+}
+
+// Gone reports whether a voter is gone in the sense of SPEC §5: gossip says
+// dead or left, or its NodeId is retired, and the leader hears nothing
+// from it in Raft. A gone voter keeps its slot for raft.dead_voter_grace
+// unless a caught-up replacement takes it.
+func Gone(m Member) bool {
+	return !m.RaftContact && (!m.Alive || m.Retired)
 }
 
 // Plan computes the changes that bring the Raft configuration to the roles
@@ -179,6 +193,15 @@ type node struct {
 // future voter catches up) and the best max_standbys of the other fit
 // nodes; everything else is taken out of the configuration.
 //
+// Gone voters (Gone: dead or retired, silent in Raft) within
+// raft.dead_voter_grace are held: they count towards the number of voter
+// slots and fill, after the live voters and the caught-up standbys, the
+// slots no fit node can take yet — so a voter stopped for a restart or an
+// upgrade keeps its vote, and a replacement (a caught-up standby or
+// non-voter, a new generation) takes a gone voter's slot before the gone
+// voter is removed. A held voter whose slot a replacement took, or one
+// past the grace (DeadPastGrace), is removed.
+//
 // Quorum: a demotion or removal of a live voter that would leave the live
 // voters without a majority of the next configuration is withheld (a later
 // plan, after the removals, makes it); dead voters (not alive, no Raft
@@ -194,16 +217,20 @@ func Plan(in Input) []Change {
 	if !ok || !leader.inConfig || leader.suffrage != Voter {
 		return nil // not a leader this plan can act for
 	}
-	var fit []*node
+	var fit, held []*node
 	for _, n := range sorted(nodes) {
-		if n.fit {
+		switch {
+		case n.fit:
 			fit = append(fit, n)
+		case n.held:
+			held = append(held, n)
 		}
 	}
-	target := pickVoters(leader, fit, voterCount(len(fit), lim.MaxVoters))
+	v := voterCount(len(fit)+len(held), lim.MaxVoters)
+	target := pickVoters(leader, fit, v)
 
 	voters := map[string]bool{}
-	missing := 0
+	missing := v - len(target) // slots no fit node can take: only a held voter fills them
 	for _, n := range fit {
 		switch {
 		case target[n.ID] && n.ready:
@@ -214,13 +241,19 @@ func Plan(in Input) []Change {
 	}
 	// Placeholders for target voters still catching up: current voters
 	// first (no change), then caught-up standbys, best first — the best
-	// standby takes a dead voter's slot at once.
+	// standby takes a gone voter's slot at once — then the held voters.
 	for _, want := range []Suffrage{Voter, Nonvoter} {
 		for _, n := range fit {
 			if missing > 0 && !target[n.ID] && n.ready && n.suffrage == want {
 				voters[n.ID] = true
 				missing--
 			}
+		}
+	}
+	for _, n := range held {
+		if missing > 0 {
+			voters[n.ID] = true
+			missing--
 		}
 	}
 	if c := len(voters); c >= 4 && c%2 == 0 {
@@ -280,6 +313,7 @@ func collect(in Input) map[string]*node {
 		if n.ID == in.Leader {
 			n.fit, n.ready = true, true // the leader is never demoted or removed by a plan
 		}
+		n.held = !n.fit && n.inConfig && n.suffrage == Voter && Gone(n.Member) && !n.DeadPastGrace
 	}
 	return nodes
 }
@@ -362,7 +396,7 @@ func order(nodes map[string]*node, fit []*node, voters, standbys map[string]bool
 		case standbys[n.ID]:
 			demotes = append(demotes, Change{Kind: Demote, ID: n.ID, Address: n.Address, Why: "voter slot goes to a better-placed node"})
 		case n.suffrage == Voter && !n.up:
-			deadRemoves = append(deadRemoves, Change{Kind: Remove, ID: n.ID, Why: "voter gossip-dead and silent in Raft"})
+			deadRemoves = append(deadRemoves, Change{Kind: Remove, ID: n.ID, Why: whyRemoveGone(n)})
 		default:
 			removes = append(removes, Change{Kind: Remove, ID: n.ID, Why: whyRemove(n)})
 		}
@@ -400,8 +434,17 @@ func order(nodes map[string]*node, fit []*node, voters, standbys map[string]bool
 	return out
 }
 
+func whyRemoveGone(n *node) string {
+	if n.held {
+		return "voter gossip-dead and silent in Raft; a replacement took its slot"
+	}
+	return "voter gossip-dead and silent in Raft past raft.dead_voter_grace"
+}
+
 func whyRemove(n *node) string {
 	switch {
+	case n.held:
+		return "retired; a replacement took its slot"
 	case n.Retired:
 		return "retired"
 	case !n.ClockHealthy && n.up:

@@ -163,8 +163,8 @@ func TestQuorumCountedAlongThePlan(t *testing.T) {
 				w.config[id] = Voter
 				m := w.members[id]
 				switch kind {
-				case dead:
-					m.Alive, m.RaftContact = false, false
+				case dead: // past raft.dead_voter_grace: no slot held
+					m.Alive, m.RaftContact, m.DeadPastGrace = false, false, true
 				case retired:
 					m.Retired = true
 				}
@@ -175,5 +175,85 @@ func TestQuorumCountedAlongThePlan(t *testing.T) {
 				t.Fatalf("plan %v, want %v", got, c.want)
 			}
 		})
+	}
+}
+
+// graceWorld: voters n01 (leader), n02, n03 with n03 gone (gossip-dead and
+// silent in Raft) within raft.dead_voter_grace, max_voters 3.
+func graceWorld(extra ...Member) *world {
+	w := newWorld("n01", Limits{MaxVoters: 3, MaxStandbys: 4}, append(healthy(3, "a"), extra...)...)
+	w.config["n01"], w.config["n02"], w.config["n03"] = Voter, Voter, Voter
+	m := w.members["n03"]
+	m.Alive, m.RaftContact = false, false
+	w.members["n03"] = m
+	return w
+}
+
+// SPEC §5 Reconciler: a voter that stopped (a graceful stop or a crash)
+// keeps its slot while no replacement can take it; once
+// raft.dead_voter_grace has passed it is removed.
+func TestGoneVoterKeepsSlotWithinGrace(t *testing.T) {
+	w := graceWorld()
+	if p := Plan(w.input()); len(p) != 0 {
+		t.Fatalf("plan %v: n03 is within the grace with no replacement, nothing changes", p)
+	}
+	m := w.members["n03"]
+	m.DeadPastGrace = true
+	w.members["n03"] = m
+	got := Plan(w.input())
+	if want := []Change{{Kind: Remove, ID: "n03"}}; !sameChanges(got, want) {
+		t.Fatalf("past the grace: plan %v, want %v", got, want)
+	}
+	if got[0].Why != "voter gossip-dead and silent in Raft past raft.dead_voter_grace" {
+		t.Fatalf("why %q", got[0].Why)
+	}
+}
+
+// SPEC §5 Reconciler: a gone voter's slot is filled first from a caught-up
+// non-voter — promoted, then the gone voter removed; one still catching up
+// leaves the gone voter its slot.
+func TestGoneVoterSlotFilledByReplacement(t *testing.T) {
+	n04 := Member{ID: "n04", Address: "addr-n04", Eligible: true, FailureDomain: "a", Alive: true, RaftContact: true, ClockHealthy: true}
+	w := graceWorld(n04)
+	w.config["n04"] = Nonvoter
+	if p := Plan(w.input()); len(p) != 0 {
+		t.Fatalf("plan %v: n04 has not caught up, n03 keeps its slot", p)
+	}
+	n04.CaughtUp = true
+	w.members["n04"] = n04
+	got := Plan(w.input())
+	want := []Change{{Kind: Promote, ID: "n04", Address: "addr-n04"}, {Kind: Remove, ID: "n03"}}
+	if !sameChanges(got, want) {
+		t.Fatalf("plan %v, want %v", got, want)
+	}
+	if err := w.applyAll(got); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// SPEC §3.4 and §5: a retired generation (NAME, its clock FAILED) keeps its
+// slot until the next generation (NAME~2) has joined, caught up and been
+// promoted; then it is removed.
+func TestRetiredGenerationRemovedOnceReplaced(t *testing.T) {
+	next := Member{ID: "n03~2", Address: "addr-n03~2", Eligible: true, FailureDomain: "a", Alive: true, RaftContact: true, ClockHealthy: true}
+	w := graceWorld(next)
+	m := w.members["n03"]
+	m.Retired = true
+	w.members["n03"] = m
+	got := Plan(w.input())
+	if want := []Change{{Kind: AddNonvoter, ID: "n03~2", Address: "addr-n03~2"}}; !sameChanges(got, want) {
+		t.Fatalf("plan %v, want %v", got, want)
+	}
+	if err := w.applyAll(got); err != nil {
+		t.Fatal(err)
+	}
+	if p := Plan(w.input()); len(p) != 0 {
+		t.Fatalf("plan %v: n03~2 is catching up, n03 keeps its slot", p)
+	}
+	w.catchUp()
+	got = Plan(w.input())
+	want := []Change{{Kind: Promote, ID: "n03~2", Address: "addr-n03~2"}, {Kind: Remove, ID: "n03"}}
+	if !sameChanges(got, want) {
+		t.Fatalf("plan %v, want %v", got, want)
 	}
 }

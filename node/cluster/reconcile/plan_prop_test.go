@@ -54,6 +54,13 @@ func genWorld(t *rapid.T) *world {
 			delete(w.config, "ghost")
 		}
 	}
+	// Gone voters past raft.dead_voter_grace, sometimes (drawn last: the
+	// saved failures of the draws above stay valid).
+	for _, id := range sortedKeys(w.members) {
+		m := w.members[id]
+		m.DeadPastGrace = rapid.Bool().Draw(t, "dead_past_grace")
+		w.members[id] = m
+	}
 	return w
 }
 
@@ -83,10 +90,14 @@ func TestPropertyStepsSafe(t *testing.T) {
 // SPEC §5 Bounded core and Reconciler: planning again on the applied output
 // (non-voters having caught up) reaches a plan with nothing in it within a
 // few rounds — one more when a demotion had to wait for the removal of a
-// dead voter, or a promotion for a second one — and there the bounds hold:
-// voters = min(max_voters, fit nodes), odd from three up, over as many
-// failure domains as the fit nodes offer; standbys ≤ max_standbys; every
-// voter and standby fit; the leader a voter.
+// dead voter, or a promotion for a second one. Within
+// raft.dead_voter_grace a held voter (gone) keeps a slot only when every
+// fit node votes, and an unfit voter stays only while its removal would
+// cost the live voters their majority next to a held one. Once the grace
+// has passed for every gone voter the bounds hold: voters = min(max_voters,
+// fit nodes), odd from three up, over as many failure domains as the fit
+// nodes offer; standbys ≤ max_standbys; every voter and standby fit; the
+// leader a voter.
 func TestPropertyConvergesWithinBounds(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		w := genWorld(t)
@@ -94,17 +105,46 @@ func TestPropertyConvergesWithinBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 		lim := w.limits.normalized()
-		fit, fitDomains := 0, map[string]bool{}
-		for id, m := range w.members {
-			if w.fit(id) && (m.Address != "" || w.config[id] != 0) || id == w.leader {
-				fit++
-				fitDomains[m.FailureDomain] = true
+		fit, _, held := w.slots()
+		voters, blocked := 0, 0
+		for id, s := range w.config {
+			switch {
+			case id == w.leader || w.fit(id) || w.held(id):
+			case s == Voter && w.up(id) && held > 0:
+				blocked++ // withheld: 1 live of 2 voters is no majority
+			default:
+				t.Fatalf("unfit %s (%+v) still %v", id, w.members[id], s)
 			}
+			if s == Voter {
+				voters++
+			}
+		}
+		if blocked == 0 {
+			if want := voterCount(fit+held, lim.MaxVoters); voters != want {
+				t.Fatalf("%d voters, want %d (fit %d, held %d, max %d): %v", voters, want, fit, held, lim.MaxVoters, w.config)
+			}
+			if held > 0 && voters-held != fit {
+				t.Fatalf("%d held voters keep slots while only %d of %d fit nodes vote: %v", held, voters-held, fit, w.config)
+			}
+		}
+
+		// The grace passes for every gone voter.
+		for id, m := range w.members {
+			m.DeadPastGrace = true
+			w.members[id] = m
+		}
+		w.ghostPastGrace = true
+		if _, err := w.converge(5); err != nil {
+			t.Fatal(err)
+		}
+		fit, fitDomains, held := w.slots()
+		if held != 0 {
+			t.Fatalf("%d held voters past the grace: %v", held, w.config)
 		}
 		voters, standbys := 0, 0
 		for id, s := range w.config {
 			if id != w.leader && !w.fit(id) {
-				t.Fatalf("unfit %s (%+v) still %v", id, w.members[id], s)
+				t.Fatalf("unfit %s (%+v) still %v past the grace", id, w.members[id], s)
 			}
 			if s == Voter {
 				voters++
@@ -123,6 +163,37 @@ func TestPropertyConvergesWithinBounds(t *testing.T) {
 		}
 		if w.config[w.leader] != Voter {
 			t.Fatal("the leader is no longer a voter")
+		}
+	})
+}
+
+// SPEC §5 Reconciler: a gone voter within raft.dead_voter_grace is removed
+// only when its slot is taken — after the plan the configuration still
+// has every voter slot the fit and held nodes call for — and a voter past
+// the grace is never a reason to keep a slot.
+func TestPropertyGraceHoldsSlots(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		w := genWorld(t)
+		fit, _, held := w.slots()
+		want := voterCount(fit+held, w.limits.normalized().MaxVoters)
+		wasHeld := map[string]bool{}
+		for id := range w.config {
+			wasHeld[id] = w.held(id)
+		}
+		plan := Plan(w.input())
+		if err := w.applyAll(plan); err != nil {
+			t.Fatal(err)
+		}
+		voters := 0
+		for _, s := range w.config {
+			if s == Voter {
+				voters++
+			}
+		}
+		for _, c := range plan {
+			if c.Kind == Remove && wasHeld[c.ID] && voters < want {
+				t.Fatalf("%v removes a held voter, leaving %d voters of the %d slots (fit %d, held %d): %v", c, voters, want, fit, held, plan)
+			}
 		}
 	})
 }

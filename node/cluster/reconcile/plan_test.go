@@ -211,7 +211,7 @@ func TestWithheldDemotion(t *testing.T) {
 	}
 	for _, id := range []string{"n04", "n05"} {
 		m := w.members[id]
-		m.Alive, m.RaftContact = false, false
+		m.Alive, m.RaftContact, m.DeadPastGrace = false, false, true
 		w.members[id] = m
 	}
 	first := Plan(w.input())
@@ -237,7 +237,7 @@ func TestDeadRemovalCapped(t *testing.T) {
 	}
 	for _, id := range []string{"n02", "n03", "n04"} {
 		m := w.members[id]
-		m.Alive, m.RaftContact = false, false
+		m.Alive, m.RaftContact, m.DeadPastGrace = false, false, true
 		w.members[id] = m
 	}
 	removed := 0

@@ -17,6 +17,9 @@ const (
 	DefaultInterval  = 10 * time.Second // a pass even without a trigger
 	DefaultMaxLag    = 256              // log entries a non-voter may trail by and count as caught up
 	DefaultStableFor = 10 * time.Second // how long it must stay within MaxLag
+	// DefaultDeadVoterGrace is raft.dead_voter_grace: how long a gone
+	// voter keeps its slot when no replacement can take it (SPEC §5).
+	DefaultDeadVoterGrace = 10 * time.Minute
 	// minRecheck is the soonest a pass re-checks a non-voter that was not
 	// caught up.
 	minRecheck = 50 * time.Millisecond
@@ -92,11 +95,17 @@ type RunnerConfig struct {
 	// not expose a follower's progress on the leader, so this comes from
 	// the follower (gossip metadata or the mesh).
 	Progress  func(id string) (lastIndex uint64, ok bool)
-	MaxLag    uint64                      // default DefaultMaxLag
-	StableFor time.Duration               // default DefaultStableFor
-	Clock     Clock                       // default the system clock
-	NewTimer  func(d time.Duration) Timer // default SystemTimer
-	Logger    *slog.Logger                // default slog.Default()
+	MaxLag    uint64        // default DefaultMaxLag
+	StableFor time.Duration // default DefaultStableFor
+	// DeadVoterGrace is raft.dead_voter_grace: a voter gone (Gone) for this
+	// long, as this runner has seen it, is removed even without a
+	// replacement (Member.DeadPastGrace). Default DefaultDeadVoterGrace. A
+	// new leader's runner starts counting afresh: a leader change never
+	// shortens the grace.
+	DeadVoterGrace time.Duration
+	Clock          Clock                       // default the system clock
+	NewTimer       func(d time.Duration) Timer // default SystemTimer
+	Logger         *slog.Logger                // default slog.Default()
 	// Registerer receives raft_voter_churn_burst_total (nil: not
 	// registered). Registering twice (a Runner per leadership term) reuses
 	// the first counter.
@@ -124,6 +133,7 @@ type Runner struct {
 	lastVoterChange time.Time
 	inBurst         bool
 	within          map[string]time.Time // non-voter → since when within MaxLag
+	goneSince       map[string]time.Time // voter → since when Gone
 
 	afterPass func() // test hook: called after every pass
 }
@@ -141,8 +151,8 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		return nil, errors.New("reconcile: RunnerConfig.Members is required")
 	case cfg.LocalID == "":
 		return nil, errors.New("reconcile: RunnerConfig.LocalID is required")
-	case cfg.Debounce < 0 || cfg.Interval < 0 || cfg.StableFor < 0:
-		return nil, errors.New("reconcile: Debounce, Interval and StableFor must not be negative")
+	case cfg.Debounce < 0 || cfg.Interval < 0 || cfg.StableFor < 0 || cfg.DeadVoterGrace < 0:
+		return nil, errors.New("reconcile: Debounce, Interval, StableFor and DeadVoterGrace must not be negative")
 	}
 	r := &Runner{cfg: cfg, trigger: make(chan struct{}, 1)}
 	if cfg.Progress != nil {
@@ -167,6 +177,9 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	}
 	if c.StableFor == 0 {
 		c.StableFor = DefaultStableFor
+	}
+	if c.DeadVoterGrace == 0 {
+		c.DeadVoterGrace = DefaultDeadVoterGrace
 	}
 	if c.Clock == nil {
 		c.Clock = systemClock{}
@@ -225,7 +238,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.running = false
 		r.mu.Unlock()
 	}()
-	r.lastVoterChange, r.inBurst, r.within = time.Time{}, false, map[string]time.Time{}
+	r.lastVoterChange, r.inBurst, r.within, r.goneSince = time.Time{}, false, map[string]time.Time{}, map[string]time.Time{}
 
 	timer := r.cfg.NewTimer(r.cfg.Debounce)
 	debouncing := true
@@ -243,6 +256,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		case <-timer.C():
 			debouncing = false
 			next := r.pass(ctx)
+			r.log.Debug("reconcile pass done", "next_in", next)
 			if r.afterPass != nil {
 				r.afterPass()
 			}
@@ -268,11 +282,14 @@ func (r *Runner) pass(ctx context.Context) time.Duration {
 			r.log.Warn("reading the Raft configuration failed; retrying at the next pass", "err", err)
 			return r.cfg.Interval
 		}
-		members := append([]Member(nil), r.cfg.Members()...) // judgeCatchUp writes to it
+		members := append([]Member(nil), r.cfg.Members()...) // judgeCatchUp and judgeGrace write to it
 		next := r.cfg.Interval
 		if r.idx != nil {
 			next = min(next, r.judgeCatchUp(servers, members))
 		}
+		var due time.Duration
+		members, due = r.judgeGrace(servers, members)
+		next = min(next, due)
 		plan := Plan(Input{Leader: r.cfg.LocalID, Members: members, Config: servers, Limits: r.cfg.Limits})
 		if len(plan) == 0 {
 			return next
@@ -370,4 +387,54 @@ func (r *Runner) judgeCatchUp(servers []Server, members []Member) time.Duration 
 		}
 	}
 	return next
+}
+
+// judgeGrace sets DeadPastGrace on every gone voter of the configuration
+// (Gone; a voter the Members func did not list is added as gone) that
+// has been gone for DeadVoterGrace, logs a voter the first time it is
+// seen gone, and returns the members and how soon the next grace ends.
+func (r *Runner) judgeGrace(servers []Server, members []Member) ([]Member, time.Duration) {
+	now := r.cfg.Clock.Now()
+	listed := map[string]int{}
+	for i, m := range members {
+		if _, dup := listed[m.ID]; !dup {
+			listed[m.ID] = i // Plan takes the first entry for an id
+		}
+	}
+	next := r.cfg.Interval
+	gone := map[string]bool{}
+	for _, s := range servers {
+		if s.Suffrage != Voter || s.ID == r.cfg.LocalID {
+			continue
+		}
+		i, ok := listed[s.ID]
+		if !ok {
+			members = append(members, Member{ID: s.ID, Address: s.Address})
+			i = len(members) - 1
+			listed[s.ID] = i
+		}
+		m := &members[i]
+		if !Gone(*m) {
+			continue
+		}
+		gone[s.ID] = true
+		since, seen := r.goneSince[s.ID]
+		if !seen {
+			since = now
+			r.goneSince[s.ID] = now
+			r.log.Warn("voter gone (gossip-dead or retired, silent in Raft): it keeps its slot until a caught-up replacement takes it or raft.dead_voter_grace passes",
+				"id", s.ID, "retired", m.Retired, "dead_voter_grace", r.cfg.DeadVoterGrace)
+		}
+		if left := since.Add(r.cfg.DeadVoterGrace).Sub(now); left > 0 {
+			next = min(next, left)
+		} else {
+			m.DeadPastGrace = true
+		}
+	}
+	for id := range r.goneSince {
+		if !gone[id] {
+			delete(r.goneSince, id)
+		}
+	}
+	return members, next
 }

@@ -474,3 +474,59 @@ func TestBurstWindowInclusive(t *testing.T) {
 		}
 	}
 }
+
+// SPEC §5 Reconciler: the runner removes a gone voter without a
+// replacement only once raft.dead_voter_grace has passed since it first saw
+// it gone, re-checking when the grace ends; a voter back before that is
+// forgotten and counts afresh when it goes again.
+func TestRunnerDeadVoterGrace(t *testing.T) {
+	w := graceWorld()
+	m := w.members["n03"]
+	m.Alive, m.RaftContact = true, true
+	w.members["n03"] = m
+	fake := newFakeRaft(w)
+	const grace = time.Minute
+	h := startRunner(t, fake, func(c *RunnerConfig) { c.DeadVoterGrace = grace })
+	h.passAfter(DefaultDebounce)
+
+	fake.set("n03", func(m *Member) { m.Alive, m.RaftContact = false, false })
+	h.r.Trigger()
+	h.waitTimer()
+	h.passAfter(DefaultDebounce) // n03 first seen gone
+	// Back before the grace ends, then gone again: the grace starts over.
+	h.passAfter(DefaultInterval)
+	fake.set("n03", func(m *Member) { m.Alive = true })
+	h.passAfter(DefaultInterval)
+	fake.set("n03", func(m *Member) { m.Alive = false })
+	h.passAfter(DefaultInterval) // seen gone again: the grace starts now
+	for elapsed := DefaultInterval; elapsed < grace; elapsed += DefaultInterval {
+		h.passAfter(DefaultInterval)
+		if changes, _, _ := fake.snapshot(); len(changes) != 0 {
+			t.Fatalf("%v after %v gone (grace %v)", changes, elapsed, grace)
+		}
+	}
+	h.passAfter(DefaultInterval)
+	changes, _, _ := fake.snapshot()
+	if want := []Change{{Kind: Remove, ID: "n03"}}; !sameChanges(changes, want) {
+		t.Fatalf("changes %v past the grace, want %v", changes, want)
+	}
+	h.noViolations()
+}
+
+// A pass due before the next Interval: the grace of a gone voter ends
+// between two Interval passes and the runner plans at that instant.
+func TestRunnerGraceEndWakesThePass(t *testing.T) {
+	w := graceWorld()
+	fake := newFakeRaft(w)
+	const grace = DefaultInterval + 3*time.Second
+	h := startRunner(t, fake, func(c *RunnerConfig) { c.DeadVoterGrace = grace })
+	h.passAfter(DefaultDebounce) // n03 first seen gone: next pass at Interval
+	h.passAfter(DefaultInterval) // 3 s of grace left: next pass then
+	if changes, _, _ := fake.snapshot(); len(changes) != 0 {
+		t.Fatalf("changes %v within the grace", changes)
+	}
+	h.passAfter(3 * time.Second)
+	if changes, _, _ := fake.snapshot(); !sameChanges(changes, []Change{{Kind: Remove, ID: "n03"}}) {
+		t.Fatalf("changes %v at the end of the grace, want n03 removed", changes)
+	}
+}

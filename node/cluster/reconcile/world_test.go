@@ -12,6 +12,9 @@ type world struct {
 	members map[string]Member
 	config  map[string]Suffrage
 	limits  Limits
+	// ghostPastGrace: a configuration server missing from members (gossip
+	// forgot it) is past raft.dead_voter_grace too.
+	ghostPastGrace bool
 }
 
 func newWorld(leader string, limits Limits, ms ...Member) *world {
@@ -29,6 +32,9 @@ func (w *world) input() Input {
 	}
 	for _, id := range sortedKeys(w.config) {
 		in.Config = append(in.Config, Server{ID: id, Address: "addr-" + id, Suffrage: w.config[id]})
+		if _, listed := w.members[id]; !listed && w.ghostPastGrace {
+			in.Members = append(in.Members, Member{ID: id, DeadPastGrace: true})
+		}
 	}
 	return in
 }
@@ -52,6 +58,34 @@ func (w *world) up(id string) bool {
 func (w *world) fit(id string) bool {
 	m, ok := w.members[id]
 	return ok && m.Eligible && !m.Retired && m.ClockHealthy && (m.Alive || (m.RaftContact && w.config[id] != 0))
+}
+
+// held: a voter of the configuration, not the leader and not fit, gone
+// (Gone) and within raft.dead_voter_grace — it keeps its slot until a
+// replacement takes it.
+func (w *world) held(id string) bool {
+	m, listed := w.members[id]
+	past := m.DeadPastGrace || !listed && w.ghostPastGrace
+	return id != w.leader && w.config[id] == Voter && !w.fit(id) && Gone(m) && !past
+}
+
+// slots counts the fit nodes a plan can give a role (the leader, and fit
+// nodes in the configuration or with an address to be added at), their
+// failure domains, and the held voters.
+func (w *world) slots() (fit int, domains map[string]bool, held int) {
+	domains = map[string]bool{}
+	for id, m := range w.members {
+		if w.fit(id) && (m.Address != "" || w.config[id] != 0) || id == w.leader {
+			fit++
+			domains[m.FailureDomain] = true
+		}
+	}
+	for id := range w.config {
+		if w.held(id) {
+			held++
+		}
+	}
+	return fit, domains, held
 }
 
 // quorum reports whether the live voters are a majority of the voters.
@@ -167,10 +201,11 @@ func (w *world) roles() (voters, standbys, clients int) {
 	return
 }
 
+// voterDomains are the failure domains of the fit voters.
 func (w *world) voterDomains() map[string]bool {
 	d := map[string]bool{}
 	for id, s := range w.config {
-		if s == Voter {
+		if s == Voter && (w.fit(id) || id == w.leader) {
 			d[w.members[id].FailureDomain] = true
 		}
 	}
