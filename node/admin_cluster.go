@@ -55,7 +55,7 @@ func (n *Node) clusterMembers() ([]wire.Member, error) {
 func (n *Node) clusterTransfer(ctx context.Context, to string) error {
 	r := n.raft()
 	if r == nil || r.State() != raft.Leader {
-		return api.NotLeader(string(StageRaft), "leadership can only be transferred by the leader")
+		return n.adminNotLeader("leadership can only be transferred by the leader")
 	}
 	var f raft.Future
 	if to == "" {
@@ -76,7 +76,7 @@ func (n *Node) clusterTransfer(ctx context.Context, to string) error {
 func (n *Node) clusterRemove(ctx context.Context, id string) error {
 	r := n.raft()
 	if r == nil || r.State() != raft.Leader {
-		return api.NotLeader(string(StageRaft), "members can only be removed by the leader")
+		return n.adminNotLeader("members can only be removed by the leader")
 	}
 	if id == n.cfg.Cluster.Name {
 		return api.Refuse(api.KindConflict, "is_leader", "%q is the leader: transfer leadership first", id)
@@ -85,6 +85,18 @@ func (n *Node) clusterRemove(ctx context.Context, id string) error {
 		return api.Refuse(api.KindNotFound, "not_found", "no member %q in the Raft configuration", id)
 	}
 	return n.awaitAdmin(ctx, r.RemoveServer(raft.ServerID(id), 0, 0), "remove "+id)
+}
+
+// adminNotLeader refuses an admin change on a node that does not lead
+// (503 not_leader: a client given several addresses moves on): it names
+// the leader when this node knows one, and otherwise says there is none
+// and where to look.
+func (n *Node) adminNotLeader(what string) *api.Error {
+	if id, _ := n.cl.leader(); id != "" && id != n.cfg.Cluster.Name {
+		return api.NotLeader(string(StageRaft), "%s: this node is not the leader, %s is; send the command to its address (ticketctl --addr with every node's address finds it)", what, id)
+	}
+	return api.NotLeader(string(StageRaft), "%s, and there is no leader now: the voters have no quorum or are electing one; "+
+		"`ticketctl cluster health` shows which voters are down (docs/operations.md, \"Cluster health\" and the TckclkNoLeader runbook)", what)
 }
 
 func (n *Node) voterAddr(id string) (raft.ServerAddress, bool) {
@@ -154,7 +166,7 @@ func (n *Node) ReplaceMember(ctx context.Context, old, repl string) (wire.Replac
 	}
 	r := n.raft()
 	if r == nil || r.State() != raft.Leader {
-		return res, api.NotLeader(string(StageRaft), "members can only be replaced by the leader")
+		return res, n.adminNotLeader("members can only be replaced by the leader")
 	}
 	f := r.GetConfiguration()
 	if err := f.Error(); err != nil {

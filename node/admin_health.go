@@ -46,12 +46,18 @@ func (n *Node) ClusterHealth(ctx context.Context) (wire.ClusterHealth, error) {
 		// The mesh, gossip and Raft transport are set before the
 		// consensus is stored: once it is, health may read them.
 		if n.cons.Load() == nil {
-			stage, _ := n.stage.get()
-			return wire.ClusterHealth{}, api.Unavailable(string(stage), "starting", "this node has not joined the cluster yet (stage %s)", stage)
+			return wire.ClusterHealth{}, n.notJoinedYet()
 		}
 		return n.cl.health(ctx), nil
 	}
 	return n.singleHealth(), nil
+}
+
+// notJoinedYet is the 503 of a cluster view asked of a node still
+// starting: its mesh, gossip and Raft are not all set up yet.
+func (n *Node) notJoinedYet() *api.Error {
+	stage, _ := n.stage.get()
+	return api.Unavailable(string(stage), "starting", "this node has not joined the cluster yet (stage %s)", stage)
 }
 
 // singleHealth is the single node's answer: one voter, healthy while it

@@ -249,6 +249,34 @@ func (cl *clusterNode) retireWatch(ctx context.Context) {
 	}
 }
 
+// checkRemoved latches StageRemoved once the replicated state holds this
+// running node's NodeId retired without its own clock having FAILED (`ticketctl
+// cluster replace` retired it, or the leader believed a FAILED claim of its
+// own key): it serves nothing again, so it does not forward either. It
+// reports whether the node is removed.
+func (cl *clusterNode) checkRemoved() bool {
+	n := cl.n
+	if stage, _ := n.stage.get(); stage == StageRemoved {
+		return true
+	}
+	if cl.life.retired.Load() || !n.fsm.IsRetired(n.cfg.Cluster.Name) {
+		return false
+	}
+	n.stage.set(StageRemoved, reasonRemoved)
+	if stage, _ := n.stage.get(); stage != StageRemoved {
+		return false // FAILED or stopping meanwhile
+	}
+	cl.log.Error("this NodeId was retired by the cluster (ticketctl cluster replace): it serves no client again; stop this node — the node that replaced it serves",
+		"node_id", n.cfg.Cluster.Name)
+	return true
+}
+
+// removedError is the 503 of a removed node (StageRemoved).
+func (cl *clusterNode) removedError() *api.Error {
+	return api.Unavailable(string(StageRemoved), reasonRemoved,
+		"this node's NodeId %s was retired and removed from the cluster (ticketctl cluster replace): it serves nothing, forwards nothing; stop it (another node took its place)", cl.n.cfg.Cluster.Name)
+}
+
 // refuseClock is clockRefusal for this node's mode: in cluster mode a
 // FAILED clock retires the NodeId (no restart hold-off applies), and the
 // 503 says so.

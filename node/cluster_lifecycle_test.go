@@ -1,10 +1,15 @@
 package node
 
 import (
+	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/tckclk/tckclk/node/api"
+	"github.com/tckclk/tckclk/node/api/wire"
 
 	"github.com/tckclk/tckclk/node/cluster/membership"
 )
@@ -85,5 +90,102 @@ func TestClusterGracefulStopKeepsVote(t *testing.T) {
 	}
 	if rec.has("raft configuration change", "id="+name) {
 		t.Fatalf("the leader changed %s's membership during a graceful restart", name)
+	}
+}
+
+// issue 26 item 4: /v1/cluster/members asked while a cluster node starts
+// (its mesh, gossip and Raft not all set up) answers 503 "starting" — it
+// read the membership unsynchronised before (a data race under -race, an
+// empty list otherwise) — and lists the node itself once it has joined.
+func TestClusterMembersWhileStarting(t *testing.T) {
+	tc := newTestCluster(t, "n1")
+	type answer struct {
+		ms  []wire.Member
+		err error
+	}
+	answers := make(chan answer, 1<<16)
+	done := make(chan struct{})
+	var asking sync.WaitGroup
+	t.Cleanup(func() { close(done); asking.Wait() })
+	tc.beforeStart = func(d *Deps) {
+		built := d.built
+		d.built = func(n *Node) {
+			asking.Go(func() {
+				for {
+					ms, err := n.Members(bg)
+					select {
+					case answers <- answer{ms, err}:
+					default:
+					}
+					if err == nil {
+						return
+					}
+					select {
+					case <-done:
+						return
+					default:
+					}
+				}
+			})
+			built(n)
+		}
+	}
+	tc.start("n1", "", 1)
+	starting := 0
+	for {
+		var a answer
+		select {
+		case a = <-answers:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no successful answer after %d refusals", starting)
+		}
+		if a.err != nil {
+			var ae *api.Error
+			if !errors.As(a.err, &ae) || ae.Kind != api.KindUnavailable || ae.Reason != "starting" {
+				t.Fatalf("members while starting: %v, want 503 starting", a.err)
+			}
+			starting++
+			continue
+		}
+		if !slices.ContainsFunc(a.ms, func(m wire.Member) bool { return m.ID == "n1" }) {
+			t.Fatalf("members %+v without the node itself (after %d refusals)", a.ms, starting)
+		}
+		t.Logf("%d answers 503 starting, then %d members", starting, len(a.ms))
+		return
+	}
+}
+
+// issue 26 item 4: an admin change asked of a cluster without a leader (two
+// of three voters stopped) says there is no leader and where to look, not
+// only that the leader must be asked; asked of a follower, it names the
+// leader.
+func TestClusterAdminWithoutLeader(t *testing.T) {
+	tc, leader := formThree(t)
+	lc := tc.nodes[leader]
+	others := tc.others(leader)
+	_, err := others[0].n.ReplaceMember(bg, others[1].n.cfg.Cluster.Name, "n9")
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Kind != api.KindNotLeader || !strings.Contains(ae.Message, leader+" is; send the command to its address") {
+		t.Fatalf("replace asked of a follower: %v, want not_leader naming %s", err, leader)
+	}
+	for _, cm := range others {
+		if err := cm.tn.stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, leader+" without a leader", 30*time.Second, func() bool {
+		id, _ := lc.n.cl.leader()
+		return id == ""
+	})
+	for what, call := range map[string]func() error{
+		"replace":  func() error { _, err := lc.n.ReplaceMember(bg, others[0].n.cfg.Cluster.Name, "n9"); return err },
+		"remove":   func() error { return lc.n.RemoveMember(bg, others[0].n.cfg.Cluster.Name) },
+		"transfer": func() error { return lc.n.TransferLeadership(bg, "") },
+	} {
+		err := call()
+		if !errors.As(err, &ae) || ae.Kind != api.KindNotLeader || !strings.Contains(ae.Message, "there is no leader now") ||
+			!strings.Contains(ae.Message, "ticketctl cluster health") {
+			t.Errorf("%s without a leader: %v, want not_leader saying there is no leader and where to look", what, err)
+		}
 	}
 }

@@ -25,6 +25,7 @@ const (
 	reasonUniform       = "uniform"        // waiting for the voters to agree
 	reasonDeltaMismatch = "delta_mismatch" // this node's Δ differs: never ready
 	reasonNoLeader      = "no_leader"
+	reasonRemoved       = "removed" // this NodeId was retired while it ran (StageRemoved)
 )
 
 // uniformView is what the uniform check compares: this node's Δ and
@@ -136,6 +137,9 @@ func (cl *clusterNode) readiness(reason string) (Stage, string, string) {
 	// atomic store comes after open, so once it is seen they are set.
 	if n.cons.Load() == nil {
 		return StageRaft, reasonNoLeader, "opening the cluster: mesh, raft, gossip"
+	}
+	if cl.checkRemoved() {
+		return StageRemoved, reasonRemoved, cl.removedError().Message
 	}
 	if why := cl.deltaMismatch(); why != "" {
 		cl.noteMismatch(why)

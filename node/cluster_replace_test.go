@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/node/api"
+	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/api/ctl"
 )
 
@@ -157,6 +158,27 @@ func TestClusterReplace(t *testing.T) {
 		t.Fatalf("%s is not recorded retired", old)
 	}
 	firstGrant(t, []*clusterMember{tc.nodes["n4"], lc}, "after-replace", 10*time.Second)
+	// issue 26 item 4: OLD, still running, says it was removed and serves
+	// nothing: not ready, role removed, a Grant through it a 503 (not
+	// forwarded to the leader).
+	waitFor(t, old+" says it was removed", 10*time.Second, func() bool {
+		st, err := follower.tn.c.Status(bg)
+		return err == nil && st.Stage == string(StageRemoved)
+	})
+	if st, _ := follower.tn.c.Status(bg); st.Ready || st.Role != "removed" || st.Reason != "removed" {
+		t.Fatalf("%s's status after its replacement: %+v", old, st)
+	}
+	var ce *client.Error
+	if _, err := follower.tn.c.Grant(bg, "through-old", "h", 30); !errors.As(err, &ce) || ce.StatusCode != 503 || ce.Stage != string(StageRemoved) ||
+		!strings.Contains(ce.Message, "retired and removed from the cluster") {
+		t.Fatalf("grant through the replaced %s: %v, want 503 removed", old, err)
+	}
+	if _, err := follower.tn.c.Ready(bg); !errors.As(err, &ce) || ce.Stage != string(StageRemoved) {
+		t.Fatalf("/readyz of the replaced %s: %v", old, err)
+	}
+	if _, ok := nl.n.fsm.Get("through-old"); ok {
+		t.Fatal("the replaced node forwarded a grant")
+	}
 	// The retired NodeId stays out: another round adds nothing back.
 	if r := nl.n.cl.runner(); r != nil {
 		r.Trigger()

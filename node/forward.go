@@ -63,7 +63,7 @@ func (f *forwarder) serve(wg *sync.WaitGroup) func() {
 func (f *forwarder) route() (*forward.Client, bool) {
 	n := f.cl.n
 	stage, _ := n.stage.get()
-	if stage == StageFailed || stage == StageStarting || stage == StageClockCheck || stage == StageStopping {
+	if stage == StageFailed || stage == StageStarting || stage == StageClockCheck || stage == StageStopping || f.cl.checkRemoved() {
 		return nil, false
 	}
 	if n.serving() == nil {

@@ -20,6 +20,9 @@ import (
 
 // serving returns nil when this node may take a client request.
 func (n *Node) serving() error {
+	if n.cl != nil && n.cl.checkRemoved() {
+		return n.cl.removedError()
+	}
 	stage, reason := n.stage.get()
 	if stage != StageReady {
 		if stage == StageFailed {
@@ -222,6 +225,8 @@ func (n *Node) Readiness() wire.Health {
 		} else {
 			h.Status = "ok"
 		}
+	case StageRemoved:
+		h.Detail = n.cl.removedError().Message
 	case StageFailed:
 		if ce := n.clockErr(); ce != nil {
 			reason, h.Detail = string(ce.Reason), ce.Error()
@@ -264,6 +269,9 @@ func (n *Node) Status(ctx context.Context) wire.Status {
 	} else {
 		st.Role = "starting"
 	}
+	if st.Stage == string(StageRemoved) {
+		st.Role = "removed" // out of the configuration for good, whatever its Raft still says
+	}
 	if cr, ok := n.guard.(ClockReporter); ok {
 		st.Clock = cr.ClockStatus()
 		if st.Clock.Stage == string(clockhealth.StageChecked) {
@@ -298,6 +306,11 @@ func roleName(s raft.RaftState) string {
 // Members lists the Raft configuration (admin, api.Backend).
 func (n *Node) Members(ctx context.Context) ([]wire.Member, error) {
 	if n.cl != nil {
+		// The mesh, gossip and Raft are set up before the consensus is
+		// stored: until it is, none of it may be read (as for health).
+		if n.cons.Load() == nil {
+			return nil, n.notJoinedYet()
+		}
 		return n.clusterMembers()
 	}
 	r := n.raft()

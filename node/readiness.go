@@ -25,6 +25,10 @@ const (
 	// StageHoldOff is what /readyz reports while a restart after a FAILED
 	// clock refuses Grant and Expire (SPEC §4); the node is otherwise ready.
 	StageHoldOff Stage = "hold_off"
+	// StageRemoved: cluster mode, this NodeId was retired while the node
+	// ran (`ticketctl cluster replace`): it serves nothing again. Terminal
+	// (only a FAILED clock moves it on).
+	StageRemoved Stage = "removed"
 )
 
 // stageHolder holds the node's current stage and, when not ready, why: the
@@ -39,13 +43,14 @@ type stageHolder struct {
 func newStageHolder() *stageHolder { return &stageHolder{stage: StageStarting} }
 
 // allStages lists every stage (for the gauge's labels).
-var allStages = []Stage{StageStarting, StageClockCheck, StageRaft, StageReplay, StageUniform, StageReady, StageHoldOff, StageFailed, StageStopping}
+var allStages = []Stage{StageStarting, StageClockCheck, StageRaft, StageReplay, StageUniform, StageReady, StageHoldOff, StageFailed, StageRemoved, StageStopping}
 
-// set moves to stage with an optional reason; once failed, it stays.
+// set moves to stage with an optional reason; once failed, it stays;
+// once removed, only failed moves it on.
 func (r *stageHolder) set(stage Stage, reason string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.stage == StageFailed {
+	if r.stage == StageFailed || r.stage == StageRemoved && stage != StageFailed {
 		return
 	}
 	r.stage, r.reason = stage, reason

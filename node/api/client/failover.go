@@ -21,7 +21,7 @@ import (
 //     refused, DNS, TLS, a dial timeout): nothing was applied;
 //   - it answered 503 not_leader, or 503 unavailable with a readiness
 //     stage (starting, clock_check, raft, replay, uniform, stopping,
-//     failed, hold_off, …): the node refused before doing anything;
+//     failed, removed, hold_off, …): the node refused before doing anything;
 //   - the request was sent and its answer lost (a reset, a timeout, 503
 //     unavailable without a stage, e.g. unknown_outcome): the op may have
 //     been applied. Grant (by the same holder: a repeat returns the current
@@ -36,7 +36,7 @@ import (
 // failover budget (WithFailover, counted from the op's first send) allow,
 // as long as one of them might serve soon (an election, a restart); a
 // round in which every address said it will not serve soon (FAILED, a
-// hold-off, a Δ mismatch) ends it. Local deadlines always count from the
+// hold-off, a Δ mismatch, removed) ends it. Local deadlines always count from the
 // op's first send (SPEC §4), so a repeat never extends what the caller may
 // trust. If an op that may have been applied never got an answer, its
 // error matches ErrOutcomeUnknown.
@@ -103,7 +103,7 @@ func classify(err error, sent bool) verdict {
 		// Not ticketd's own refusal (a proxy's 503), or one that came
 		// after a proposal (raft, timeout, state machine): maybe applied.
 		return unknown
-	case e.Stage == "failed", e.Stage == "hold_off", e.Reason == "delta_mismatch":
+	case e.Stage == "failed", e.Stage == "removed", e.Stage == "hold_off", e.Reason == "delta_mismatch":
 		return notSoon
 	}
 	return moveOn
