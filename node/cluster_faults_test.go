@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tckclk/tckclk/node/cluster/faultnet"
+	"github.com/tckclk/tckclk/internal/clustertest/faultnet"
 )
 
 // faulty is a formThree setup that routes mesh and gossip through

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/tckclk/tckclk/internal/gossipforge"
+	"github.com/tckclk/tckclk/internal/clustertest/gossipforge"
 	"github.com/tckclk/tckclk/node/cluster/membership"
 )
 

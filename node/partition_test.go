@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/api/wire"
-	"github.com/tckclk/tckclk/node/cluster/faultnet"
+	"github.com/tckclk/tckclk/internal/clustertest/faultnet"
 	"github.com/tckclk/tckclk/node/datadir"
 )
 

@@ -17,7 +17,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
-	"github.com/tckclk/tckclk/node/cluster/faultnet"
+	"github.com/tckclk/tckclk/internal/clustertest/faultnet"
 	"github.com/tckclk/tckclk/protocol"
 	"github.com/tckclk/tckclk/safety"
 	"github.com/tckclk/tckclk/safety/workload"
@@ -35,7 +35,7 @@ type safetyRig struct {
 	t  *testing.T
 	tc *testCluster
 	// meshNet and gossipNet carry the nodes' mesh and gossip traffic
-	// (node/cluster/faultnet): partitions and delays by node name.
+	// (internal/clustertest/faultnet): partitions and delays by node name.
 	meshNet, gossipNet *faultnet.Net
 	delta              uint64
 	truth              atomic.Int64

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tckclk/tckclk/internal/gossipforge"
+	"github.com/tckclk/tckclk/internal/clustertest/gossipforge"
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/api/wire"
 	"github.com/tckclk/tckclk/node/cluster/identity"

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tckclk/tckclk/internal/gossipforge"
+	"github.com/tckclk/tckclk/internal/clustertest/gossipforge"
 )
 
 // forgeAlive sends to's gossip port an encrypted alive message about

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tckclk/tckclk/internal/gossipforge"
+	"github.com/tckclk/tckclk/internal/clustertest/gossipforge"
 )
 
 // sampleKey is a fixed identity key for codec tests.

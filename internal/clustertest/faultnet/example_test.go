@@ -7,7 +7,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
-	"github.com/tckclk/tckclk/node/cluster/faultnet"
+	"github.com/tckclk/tckclk/internal/clustertest/faultnet"
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/cluster/mesh"
 )
