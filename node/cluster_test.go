@@ -19,8 +19,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
-	"github.com/tckclk/tckclk/internal/config"
 	"github.com/tckclk/tckclk/internal/clustertest/faultnet"
+	"github.com/tckclk/tckclk/internal/config"
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/cluster/mesh"
 	"github.com/tckclk/tckclk/node/consensus"

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/tckclk/tckclk/internal/clustertest/faultnet"
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/api/wire"
-	"github.com/tckclk/tckclk/internal/clustertest/faultnet"
 	"github.com/tckclk/tckclk/node/datadir"
 )
 

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/tckclk/tckclk/internal/clustertest/faultnet"
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
-	"github.com/tckclk/tckclk/internal/clustertest/faultnet"
 	"github.com/tckclk/tckclk/protocol"
 	"github.com/tckclk/tckclk/safety"
 	"github.com/tckclk/tckclk/safety/workload"
