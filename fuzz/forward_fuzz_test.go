@@ -39,7 +39,7 @@ func FuzzForwardFrames(f *testing.F) {
 	seed(forward.AppendResponse(6, forward.Response{Code: forward.CodeOK, Ticket: &tk}))
 	seed(forward.AppendResponse(7, forward.Response{Code: forward.CodeOK, List: &forward.List{Tickets: []forward.Ticket{tk, {}}, Truncated: true}}))
 	seed(forward.AppendResponse(8, forward.Response{Code: forward.CodeHeld, Message: "held", Holder: "o", Token: 3}))
-	seed(forward.AppendResponse(9, forward.Response{Code: forward.CodeClockFailed, Message: "m", Stage: "failed", Reason: "rollback"}))
+	seed(forward.AppendResponse(9, forward.Response{Code: forward.CodeUnavailable, Message: "m", Stage: "failed", Reason: "rollback"}))
 	f.Add([]byte{})
 	f.Add([]byte{1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, body []byte) {

@@ -38,7 +38,7 @@ func (f *forwarder) serve(wg *sync.WaitGroup) func() {
 	// capped (api.max_waiters, api.max_watchers), so the slots above the
 	// default stay free for renewals and everything else.
 	inflight := forward.DefaultMaxInFlight + n.cfg.API.MaxWaiters + n.cfg.API.MaxWatchers
-	srv := forward.NewServer(forward.ServerConfig{Now: n.wall.Now, MaxInFlight: inflight, Logger: f.cl.log.With("component", "forward")})
+	srv := forward.NewServer(forward.ServerConfig{MaxInFlight: inflight, Logger: f.cl.log.With("component", "forward")})
 	ln := f.cl.mesh.Listener(mesh.ClassForward)
 	wg.Go(func() {
 		if err := srv.Serve(ln, forward.HandlerFunc(n.forwarded)); err != nil && !errors.Is(err, forward.ErrClosed) {

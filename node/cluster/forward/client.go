@@ -55,7 +55,7 @@ var errNotSent = errors.New("forward: connection lost before the request was sen
 // not ok. Errors without a response: ctx.Err() or a dial/encode error when
 // nothing was sent; an error wrapping ErrOutcomeUnknown (and ctx.Err() or
 // the connection's error) when the request was sent but no answer came —
-// Do never resends it. req.ReceivedUnixMs is not sent.
+// Do never resends it.
 func (c *Client) Do(ctx context.Context, req Request) (Response, error) {
 	for attempt := 0; ; attempt++ {
 		resp, err := c.do(ctx, req)

@@ -1,5 +1,5 @@
 // Package forward carries writes and linearizable reads from followers and
-// gossip-only client nodes to the leader (SPEC §4.1, §5; issue 11 item 4)
+// gossip-only client nodes to the leader (SPEC §4.1, §5)
 // over a stream the mesh provides (any net.Conn).
 //
 // Frames: a u32 big-endian length, then at most MaxFrame (64 KiB) of body:
@@ -16,9 +16,6 @@
 // connections, Close that waits for every goroutine it started.
 //
 // Invariants:
-//   - Request.ReceivedUnixMs never travels: the leader's Server stamps it
-//     from its own clock when the frame arrives (a follower never
-//     pre-stamps an entry);
 //   - a request that was sent but got no answer is ErrOutcomeUnknown, and
 //     the Client never resends it; only a request known not to have left
 //     (the connection died before the write) is tried once more on a fresh

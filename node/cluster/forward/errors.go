@@ -5,13 +5,14 @@ import (
 	"fmt"
 )
 
-// Error is a non-ok answer of the leader. errors.Is matches it against the
-// sentinels below by Code only: errors.Is(err, ErrNotLeader).
+// Error is a non-ok answer of the leader. errors.Is matches it against
+// another *Error by Code only: errors.Is(err, ErrNotFound), or
+// errors.Is(err, &Error{Code: CodeHeld}) for any other code.
 type Error struct {
 	Code    Code
 	Message string
-	Stage   string // unavailable, hold_off: the readiness stage
-	Reason  string // clock_failed, unavailable: the SPEC §1.5 reason
+	Stage   string // unavailable: the readiness stage
+	Reason  string // unavailable: the SPEC §1.5 reason
 	Holder  string // held: the current holder
 	Token   uint64 // held: the current token
 }
@@ -36,18 +37,8 @@ func (e *Error) Is(target error) bool {
 	return ok && t.Code == e.Code
 }
 
-// Sentinels for errors.Is, one per non-ok Code.
-var (
-	ErrHeld        = &Error{Code: CodeHeld}
-	ErrMismatch    = &Error{Code: CodeMismatch}
-	ErrNotFound    = &Error{Code: CodeNotFound}
-	ErrBadRequest  = &Error{Code: CodeBadRequest}
-	ErrNotLeader   = &Error{Code: CodeNotLeader}
-	ErrUnavailable = &Error{Code: CodeUnavailable}
-	ErrClockFailed = &Error{Code: CodeClockFailed}
-	ErrHoldOff     = &Error{Code: CodeHoldOff}
-	ErrInternal    = &Error{Code: CodeInternal}
-)
+// ErrNotFound matches (errors.Is) a not_found answer.
+var ErrNotFound = &Error{Code: CodeNotFound}
 
 // ErrOutcomeUnknown: the request was sent but no answer came (the
 // connection broke, or ctx ended while waiting). A write may or may not

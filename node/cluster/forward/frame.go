@@ -62,16 +62,19 @@ const (
 	CodeBadRequest
 	CodeNotLeader
 	CodeUnavailable
-	CodeClockFailed
-	CodeHoldOff
+	_ // 7 and 8 are never sent and never reused: a failed clock or a
+	_ // hold-off answers unavailable with its stage and reason (SPEC §1.5)
 	CodeInternal
 	codeCount
 )
 
-var codeNames = [...]string{"ok", "held", "mismatch", "not_found", "bad_request", "not_leader", "unavailable", "clock_failed", "hold_off", "internal"}
+var codeNames = [codeCount]string{"ok", "held", "mismatch", "not_found", "bad_request", "not_leader", "unavailable", "", "", "internal"}
+
+// known reports whether c is a code this package sends and accepts.
+func (c Code) known() bool { return c < codeCount && codeNames[c] != "" }
 
 func (c Code) String() string {
-	if c < codeCount {
+	if c.known() {
 		return codeNames[c]
 	}
 	return fmt.Sprintf("code(%d)", uint8(c))
@@ -100,9 +103,6 @@ type Request struct {
 	Limit  uint32
 	WaitMs uint32
 	Index  uint64 // watch: answer once the ticket's modify index is above it
-	// ReceivedUnixMs is never sent: the leader's Server sets it, from its
-	// own clock, when the frame arrives (a follower never pre-stamps).
-	ReceivedUnixMs uint64
 }
 
 // Ticket is a ticket as the leader reports it.
@@ -131,8 +131,8 @@ type List struct {
 }
 
 // Response is the leader's answer. Code other than CodeOK carries Message
-// and, as the code needs, Stage and Reason (unavailable, clock_failed,
-// hold_off) or Holder and Token (held). At most one of Ticket, List and
+// and, as the code needs, Stage and Reason (unavailable) or Holder and
+// Token (held). At most one of Ticket, List and
 // Watched is set.
 type Response struct {
 	Code    Code
@@ -283,7 +283,6 @@ func unused(r Request) []string {
 }
 
 // AppendRequest encodes a request frame body (without the length prefix).
-// ReceivedUnixMs is not encoded.
 func AppendRequest(id uint64, r Request) ([]byte, error) {
 	if _, ok := opNames[r.Op]; !ok {
 		return nil, fmt.Errorf("forward: cannot encode unknown %v", r.Op)
@@ -362,7 +361,7 @@ func (r *Response) flagged() bool {
 
 // AppendResponse encodes a response frame body (without the length prefix).
 func AppendResponse(id uint64, r Response) ([]byte, error) {
-	if r.Code >= codeCount {
+	if !r.Code.known() {
 		return nil, fmt.Errorf("forward: cannot encode unknown %v", r.Code)
 	}
 	if (r.Ticket != nil && r.List != nil) || (r.Watched != nil && (r.Ticket != nil || r.List != nil)) {
@@ -556,7 +555,7 @@ func ParseResponse(body []byte) (id uint64, r Response, err error) {
 		return 0, Response{}, err
 	}
 	r.Code = Code(d.u8("code"))
-	if d.err == nil && r.Code >= codeCount {
+	if d.err == nil && !r.Code.known() {
 		return 0, Response{}, malformed("unknown code %d", uint8(r.Code))
 	}
 	r.Message, r.Stage, r.Reason, r.Holder, r.Token = d.str("message"), d.str("stage"), d.str("reason"), d.str("holder"), d.u64("token")

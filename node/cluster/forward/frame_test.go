@@ -43,11 +43,14 @@ func sampleResponses() []Response {
 		{Code: CodeOK, Watched: &Watched{Index: 79, Ticket: &rv}},
 	}
 	for c := CodeHeld; c < codeCount; c++ {
+		if !c.known() {
+			continue
+		}
 		r := Response{Code: c, Message: "because " + c.String()}
 		switch c {
 		case CodeHeld:
 			r.Holder, r.Token = "other", 9
-		case CodeUnavailable, CodeClockFailed, CodeHoldOff:
+		case CodeUnavailable:
 			r.Stage, r.Reason = "clock_check", "rollback"
 		}
 		out = append(out, r)
@@ -103,8 +106,10 @@ func TestEncodeRefuses(t *testing.T) {
 	if _, err := AppendResponse(1, Response{Ticket: tk, List: &List{}}); err == nil {
 		t.Error("encoded a response with a ticket and a list")
 	}
-	if _, err := AppendResponse(1, Response{Code: codeCount}); err == nil {
-		t.Error("encoded an unknown code")
+	for _, c := range []Code{7, 8, codeCount} { // 7, 8: retired, never reused
+		if _, err := AppendResponse(1, Response{Code: c}); err == nil {
+			t.Errorf("encoded the unknown code %d", c)
+		}
 	}
 }
 
@@ -127,6 +132,8 @@ func TestParseStrict(t *testing.T) {
 		"string too long":    {mut(req, headerLen+2, 200), false},
 		"response as req":    {resp, false},
 		"code":               {mut(resp, headerLen, byte(codeCount)), true},
+		"retired code 7":     {mut(resp, headerLen, 7), true},
+		"retired code 8":     {mut(resp, headerLen, 8), true},
 		"body tag":           {mut(resp, headerLen+1+2*4+8, 3), true},
 		"bool":               {mut(resp, len(resp)-1, 2), true},
 		"resp trailing":      {append(bytes.Clone(resp), 1), true},
@@ -176,15 +183,24 @@ func TestReadFrameBounds(t *testing.T) {
 }
 
 func TestErrorIs(t *testing.T) {
-	sentinels := map[Code]error{CodeHeld: ErrHeld, CodeMismatch: ErrMismatch, CodeNotFound: ErrNotFound, CodeBadRequest: ErrBadRequest,
-		CodeNotLeader: ErrNotLeader, CodeUnavailable: ErrUnavailable, CodeClockFailed: ErrClockFailed, CodeHoldOff: ErrHoldOff, CodeInternal: ErrInternal}
+	known := 0
 	for c := CodeHeld; c < codeCount; c++ {
+		if !c.known() {
+			continue
+		}
+		known++
 		err := Response{Code: c, Message: "m"}.Err()
-		for c2, s := range sentinels {
-			if errors.Is(err, s) != (c == c2) {
-				t.Errorf("errors.Is(%v, %v) = %v", err, s, c == c2)
+		for c2 := CodeHeld; c2 < codeCount; c2++ {
+			if errors.Is(err, &Error{Code: c2}) != (c == c2) {
+				t.Errorf("errors.Is(%v, code %v) = %v", err, c2, c != c2)
 			}
 		}
+		if errors.Is(err, ErrNotFound) != (c == CodeNotFound) {
+			t.Errorf("errors.Is(%v, ErrNotFound) = %v", err, c != CodeNotFound)
+		}
+	}
+	if known != 7 {
+		t.Fatalf("%d non-ok codes, want 7 (held … unavailable, internal)", known)
 	}
 	if (Response{Code: CodeOK}).Err() != nil {
 		t.Error("ok is an error")

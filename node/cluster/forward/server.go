@@ -54,10 +54,7 @@ type ServerConfig struct {
 	FrameTimeout time.Duration
 	// WriteTimeout bounds the write of one answer. Default 10 s.
 	WriteTimeout time.Duration
-	// Now is the leader's wall clock, stamped (rounded down to ms) into
-	// Request.ReceivedUnixMs as each frame arrives. Default time.Now.
-	Now    func() time.Time
-	Logger *slog.Logger
+	Logger       *slog.Logger
 }
 
 // Server serves forwarded requests on the leader.
@@ -93,9 +90,6 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = defaultWriteTimeout
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight), lns: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}
 	if s.log == nil {
@@ -197,13 +191,11 @@ func (s *Server) serveConn(c net.Conn, h Handler) {
 			s.drop(peer, "reading a frame", err)
 			return
 		}
-		received := uint64(s.cfg.Now().UnixMilli()) // rounded down to ms
 		id, req, err := ParseRequest(body)
 		if err != nil {
 			s.drop(peer, "decoding a request", err)
 			return
 		}
-		req.ReceivedUnixMs = received
 		select {
 		case s.sem <- struct{}{}:
 		case <-ctx.Done():
