@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -524,18 +525,8 @@ func bootstrapServers(self, selfAddr string, expect int, deltaMs uint16, members
 	if len(out) != expect {
 		return nil, ""
 	}
-	slices.SortFunc(out, func(a, b raft.Server) int { return cmpString(string(a.ID), string(b.ID)) })
+	slices.SortFunc(out, func(a, b raft.Server) int { return strings.Compare(string(a.ID), string(b.ID)) })
 	return out, ""
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // runner returns the reconciler while this node leads, else nil.
