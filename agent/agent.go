@@ -87,6 +87,11 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		}
 	}
 	a.metrics = newMetrics(a)
+	names := make([]string, 0, len(specs))
+	for _, sp := range specs {
+		names = append(names, sp.Source.Name())
+	}
+	a.metrics.knownSources(names)
 	a.sampler = NewSampler(specs, ms(cfg.MaxSourceAgeMs), cfg.MaxDriftPPM, a.clock, a.metrics, a.log)
 	a.server = NewServer(ServerConfig{ReadTimeout: cfg.readTimeout(), WriteTimeout: cfg.writeTimeout(), MaxConns: cfg.MaxConns}, a, a.metrics, a.log)
 	return a, nil

@@ -69,6 +69,17 @@ func (m *metrics) Exchange(result string, d time.Duration) {
 	}
 }
 
+// knownSources creates every source's poll series at zero (Prometheus
+// instrumentation guidelines: no series missing on a fresh agent).
+func (m *metrics) knownSources(names []string) {
+	for _, n := range names {
+		m.polls.WithLabelValues(n, "ok")
+		for _, r := range source.Reasons() {
+			m.polls.WithLabelValues(n, string(r))
+		}
+	}
+}
+
 // Poll implements PollObserver.
 func (m *metrics) Poll(src string, err error) {
 	r := "ok"

@@ -105,33 +105,41 @@ func startDevAgent(t *testing.T, secretFile string) string {
 // agent binary, perhaps behind `ip netns exec NS`) listening on listen.
 func startDevAgentArgv(t *testing.T, argv0 []string, listen, secretFile string) string {
 	t.Helper()
+	addr, _ := startDevAgentHTTP(t, argv0, listen, secretFile)
+	return addr
+}
+
+// startDevAgentHTTP is startDevAgentArgv returning the agent's HTTP
+// address (/metrics, /v1/status) too.
+func startDevAgentHTTP(t *testing.T, argv0 []string, listen, secretFile string) (string, string) {
+	t.Helper()
 	cmd, stderr := spawnArgv(t, nil, append(append([]string(nil), argv0...), "--dev", "--listen", listen, "--http", "127.0.0.1:0", "--secret-file", secretFile))
 	done := make(chan struct{})
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		<-done
 	})
-	addrCh := make(chan string, 1)
-	serving := regexp.MustCompile(`msg="agent serving".* listen=(\S+)`)
+	addrCh := make(chan [2]string, 1)
+	serving := regexp.MustCompile(`msg="agent serving".* listen=(\S+) http=(\S+)`)
 	go func() {
 		defer close(done)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			if m := serving.FindStringSubmatch(sc.Text()); m != nil {
-				addrCh <- m[1]
+				addrCh <- [2]string{m[1], m[2]}
 			}
 		}
 		cmd.Wait()
 	}()
 	select {
-	case addr := <-addrCh:
-		return addr
+	case addrs := <-addrCh:
+		return addrs[0], addrs[1]
 	case <-done:
 		t.Fatal("tckclk-agent --dev exited before serving")
 	case <-time.After(30 * time.Second):
 		t.Fatal("tckclk-agent --dev did not report its address")
 	}
-	return ""
+	return "", ""
 }
 
 // SPEC §2.2, §1.3, §3.5: against the real `tckclk-agent --dev`, a node with

@@ -39,8 +39,38 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "ticket_batch_ops_total",
 		Help: "Ops carried by accepted POST /v1/batch requests (each also in ticket_ops_total under its op).",
 	})
+	// Every known series from the start (Prometheus instrumentation
+	// guidelines): a dashboard or an alert on a fresh node sees zeros,
+	// not missing series.
+	for op, results := range KnownResults {
+		m.dur.WithLabelValues(op)
+		for _, r := range results {
+			m.ops.WithLabelValues(op, r)
+		}
+	}
+	for _, r := range KnownResults["batch"] {
+		m.batches.WithLabelValues(r)
+	}
 	reg.MustRegister(m.ops, m.dur, m.batches, m.batchOps)
 	return m
+}
+
+// Result labels every answer can carry, whatever the op.
+var anyResult = []string{"ok", "bad_request", "unauthorized", "unavailable", "error"}
+
+// KnownResults are the result labels of ticket_ops_total created at zero
+// on a fresh node, by op (the FSM's outcomes and the API's refusals each
+// op can answer); "batch" is ticket_batch_requests_total's. Other labels
+// (rarer refusals) appear at their first use.
+var KnownResults = map[string][]string{
+	"grant":   append([]string{"existing", "held", "revoked", "too_many_waiters"}, anyResult...),
+	"renew":   append([]string{"not_held", "wrong_holder", "wrong_token", "lease_over", "revoked"}, anyResult...),
+	"release": append([]string{"not_held", "wrong_holder", "wrong_token"}, anyResult...),
+	"revoke":  append([]string{"existing", "not_found", "wrong_token", "forbidden"}, anyResult...),
+	"get":     append([]string{"not_found", "too_many_watchers"}, anyResult...),
+	"list":    anyResult,
+	"expire":  {"ok", "noop", "unavailable", "error"},
+	"batch":   {"ok", "bad_request", "unauthorized", "too_large", "unavailable"},
 }
 
 // Observe counts one op with its result and latency.
