@@ -261,3 +261,44 @@ func TestRunStopsOnRevoke(t *testing.T) {
 		t.Fatalf("stderr does not say the ticket was revoked: %s", errb.String())
 	}
 }
+
+// run without --grace on a short lease: the default grace scales down to
+// a quarter of the lease and run says so (before, --lease 5 was refused
+// with "--grace 5s: must be less than half the lease" though no --grace
+// was given); an explicit --grace of half the lease is still refused, and
+// a long lease keeps the 5 s default without a word.
+func TestRunDefaultGraceScalesWithLease(t *testing.T) {
+	_, addr, _ := ticketd(t)
+	code, _, errs := ticketctl(t, t.TempDir(), "--addr", addr, "run", "short", "--holder", "h", "--lease", "5", "--", "true")
+	if code != 0 || !strings.Contains(errs, "grace 1.25s (a quarter of the 5s lease; --grace to choose)") {
+		t.Fatalf("run --lease 5 without --grace: exit %d, stderr %q; want 0 and the grace it chose", code, errs)
+	}
+	code, _, errs = ticketctl(t, t.TempDir(), "--addr", addr, "run", "short", "--holder", "h", "--lease", "5", "--grace", "2500ms", "--", "true")
+	if code != 2 || !strings.Contains(errs, "--grace 2.5s: must be less than half the lease (2.5s)") {
+		t.Fatalf("run --lease 5 --grace 2500ms: exit %d, stderr %q; want 2 naming --grace", code, errs)
+	}
+	code, _, errs = ticketctl(t, t.TempDir(), "--addr", addr, "run", "long", "--holder", "h", "--lease", "30", "--", "true")
+	if code != 0 || strings.Contains(errs, "grace") {
+		t.Fatalf("run --lease 30: exit %d, stderr %q; want 0 and no word on the grace", code, errs)
+	}
+}
+
+// A wait that runs out says what it waited for, how long, and who holds
+// the ticket: run --wait (before: `client: acquiring "held": context
+// deadline exceeded`) and wait --wait (before: `--wait passed`).
+func TestTimeoutsSayWhoHolds(t *testing.T) {
+	_, addr, c := ticketd(t)
+	g, err := c.Grant(context.Background(), "held", "alice", 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := fmt.Sprintf(`held by "alice" with token %d`, g.Token)
+	code, _, errs := ticketctl(t, t.TempDir(), "--addr", addr, "run", "held", "--holder", "bob", "--lease", "30", "--wait", "1500ms", "--", "true")
+	if code != 75 || !strings.Contains(errs, `could not get ticket "held" within --wait 1.5s: `+holder) {
+		t.Fatalf("run --wait on a held ticket: exit %d, stderr %q; want 75 saying the wait and %s", code, errs, holder)
+	}
+	code, _, errs = ticketctl(t, t.TempDir(), "--addr", addr, "wait", "held", "--wait", "1500ms")
+	if want := fmt.Sprintf(`waited 1.5s (--wait) for ticket "held": still held by alice with token %d`, g.Token); code != 1 || !strings.Contains(errs, want) {
+		t.Fatalf("wait --wait on a held ticket: exit %d, stderr %q; want 1 and %q", code, errs, want)
+	}
+}

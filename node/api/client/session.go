@@ -63,6 +63,8 @@ func retryable(err error) bool {
 // errors with back-off. Other refusals (400, 401, ...) are returned.
 func (c *Client) Acquire(ctx context.Context, name, holder string, leaseS int) (*Lease, error) {
 	var b backoff
+	start := time.Now()
+	var last error // the last refusal, to say why the wait ended without the ticket
 	for {
 		wait := MaxWait
 		if dl, ok := ctx.Deadline(); ok {
@@ -76,20 +78,44 @@ func (c *Client) Acquire(ctx context.Context, name, holder string, leaseS int) (
 		case err == nil:
 			return l, nil
 		case ctx.Err() != nil:
-			return nil, fmt.Errorf("client: acquiring %q: %w", name, ctx.Err())
-		case errors.Is(err, ErrHeld):
-			if wait == 0 {
-				return nil, err // no time left to wait
+			if !errors.Is(last, ErrHeld) {
+				last = err // it carries the failover's last error
 			}
+			return nil, waitedOut(name, time.Since(start), ctx.Err(), last)
+		case errors.Is(err, ErrHeld):
+			if wait == 0 { // no time left to wait
+				if last == nil {
+					return nil, err
+				}
+				return nil, fmt.Errorf("client: waited %v for ticket %q: %w", time.Since(start).Round(time.Millisecond), name, err)
+			}
+			last = err
 			b.reset() // the wait ran out: wait again at once
 			continue
 		case !retryable(err):
 			return nil, err
 		}
+		last = err
 		if serr := sleep(ctx, b.next()); serr != nil {
-			return nil, fmt.Errorf("client: acquiring %q: %w (last error: %v)", name, serr, err)
+			return nil, waitedOut(name, time.Since(start), serr, last)
 		}
 	}
+}
+
+// waitedOut is Acquire's error when ctx ended first: what it waited for,
+// how long, and the last answer (who holds the ticket).
+func waitedOut(name string, waited time.Duration, ctxErr, last error) error {
+	waited = waited.Round(time.Millisecond)
+	var e *Error
+	switch {
+	case errors.As(last, &e) && e.ErrorBody.Error == "held":
+		return fmt.Errorf("client: waited %v for ticket %q, still held by %q (token %d): %w", waited, name, e.Holder, e.Token, ctxErr)
+	case errors.Is(last, ctxErr):
+		return fmt.Errorf("client: waited %v for ticket %q: %w", waited, name, last)
+	case last != nil:
+		return fmt.Errorf("client: waited %v for ticket %q: %w (last error: %v)", waited, name, ctxErr, last)
+	}
+	return fmt.Errorf("client: waited %v for ticket %q: %w", waited, name, ctxErr)
 }
 
 // ErrSessionLost is Session.Err when the local deadline passed without a

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -104,6 +105,32 @@ func TestAcquireStops(t *testing.T) {
 	defer cancel()
 	if _, err := c.Acquire(ctx, "a", "h", 1); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("acquire against a node that never serves: %v, want the ctx's deadline", err)
+	}
+}
+
+// When ctx ends first, Acquire's error says what it waited for, how long,
+// and the last answer: who holds the ticket (errors.Is still finds the
+// deadline), or why the node could not serve.
+func TestAcquireTimeoutSaysWhoHolds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := (&fakeNode{grants: []int{409}}).start(t).Acquire(ctx, "a", "h", 1)
+	switch {
+	case err == nil:
+		t.Fatal("acquired a held ticket")
+	case errors.Is(err, ErrHeld): // the last try came with no time left to wait
+		var e *Error
+		if !errors.As(err, &e) || e.Holder != "x" || !strings.Contains(err.Error(), `waited`) {
+			t.Fatalf("%v: does not say how long it waited, or who holds it", err)
+		}
+	case !errors.Is(err, context.DeadlineExceeded) || !regexp.MustCompile(`waited [0-9.]+m?s for ticket "a", still held by "x" \(token 3\)`).MatchString(err.Error()):
+		t.Fatalf("%v: want how long it waited for \"a\" and its holder", err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = (&fakeNode{grants: []int{503}}).start(t).Acquire(ctx, "a", "h", 1)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), `for ticket "a"`) || !strings.Contains(err.Error(), "status 503") {
+		t.Fatalf("%v: want what it waited for and the last refusal", err)
 	}
 }
 

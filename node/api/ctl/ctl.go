@@ -87,11 +87,11 @@ run: waits up to --wait (default: not at all) for the ticket, then runs CMD
 with TICKET_NAME, TICKET_HOLDER, TICKET_TOKEN (the fencing token: send it
 with every write) and TICKET_DEADLINE_UNIX_MS (the first local deadline) in
 its environment, renewing at a third of the lease. When the local deadline
-comes within --grace (default 5s, less than half the lease) without a
-successful renew, or at once when a renew is refused (the ticket was
-revoked, or is no longer ours), CMD's process group gets SIGTERM, and
-SIGKILL shortly before the deadline, so it is gone before anyone else can
-get the ticket.
+comes within --grace (less than half the lease; default 5s, or a quarter
+of a lease under 20s) without a successful renew, or at once when a renew
+is refused (the ticket was revoked, or is no longer ours), CMD's process
+group gets SIGTERM, and SIGKILL shortly before the deadline, so it is gone
+before anyone else can get the ticket.
 The ticket is released when CMD exits.
 
 exit status:

@@ -21,6 +21,9 @@ const ExitLost = 75
 
 // Defaults of run.
 const (
+	// defaultGrace is --grace when none is given, or a quarter of the
+	// lease when that is less (always under half the lease, as --grace
+	// must be).
 	defaultGrace = 5 * time.Second
 	// maxKillMargin bounds how long before the local deadline run sends
 	// SIGKILL (grace/4 when that is less): the group is gone before anyone
@@ -34,6 +37,7 @@ type runArgs struct {
 	name, holder string
 	lease        int
 	wait, grace  time.Duration
+	graceScaled  bool     // no --grace: a quarter of a lease under 20 s
 	argv         []string // CMD ARGS…
 }
 
@@ -56,7 +60,7 @@ func parseRun(g *globals, argv []string, env Env) (runArgs, error) {
 	fs.StringVar(&a.holder, "holder", a.holder, "holder")
 	lease := &decimal{max: 1<<31 - 1, what: "whole seconds in plain decimal, 1..=250"}
 	fs.Var(lease, "lease", "lease in seconds")
-	a.grace = defaultGrace
+	a.grace = -1 // not given
 	fs.Func("wait", "how long to wait for the ticket", durationInto(&a.wait, true))
 	fs.Func("grace", "SIGTERM this long before the local deadline", durationInto(&a.grace, false))
 	pos, err := parseCmd(fs, argv[:i])
@@ -67,6 +71,10 @@ func parseRun(g *globals, argv []string, env Env) (runArgs, error) {
 		return a, usagef("needs exactly one ticket NAME before --, got %d arguments", len(pos))
 	}
 	a.name, a.lease = pos[0], int(lease.v)
+	if a.grace < 0 {
+		a.grace = min(defaultGrace, time.Duration(a.lease)*time.Second/4)
+		a.graceScaled = a.grace < defaultGrace
+	}
 	switch {
 	case a.holder == "":
 		return a, usagef("needs --holder H (or %s)", envHolder)
@@ -75,7 +83,8 @@ func parseRun(g *globals, argv []string, env Env) (runArgs, error) {
 	case a.wait > client.MaxWait:
 		return a, usagef("--wait %v: at most %v", a.wait, client.MaxWait)
 	case a.grace >= time.Duration(a.lease)*time.Second/2:
-		return a, usagef("--grace %v: must be less than half the lease (%v)", a.grace, time.Duration(a.lease)*time.Second/2)
+		return a, usagef("--grace %v: must be less than half the lease (%v); without --grace it is %v, or a quarter of a shorter lease",
+			a.grace, time.Duration(a.lease)*time.Second/2, defaultGrace)
 	}
 	return a, nil
 }
@@ -109,11 +118,14 @@ func runMain(ctx context.Context, g *globals, argv []string, env Env) int {
 		fmt.Fprintf(env.Stderr, "ticketctl run: %v\n", err)
 		return ExitUsage
 	}
+	if a.graceScaled {
+		fmt.Fprintf(env.Stderr, "ticketctl run: grace %v (a quarter of the %ds lease; --grace to choose): SIGTERM that long before the local deadline\n", a.grace, a.lease)
+	}
 	defer tr.CloseIdleConnections()
 
 	l, err := acquireFor(ctx, c, a, g.timeout)
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "ticketctl run: could not get ticket %q: %s\n", a.name, describeErr(err, g.addr))
+		fmt.Fprintf(env.Stderr, "ticketctl run: could not get ticket %q%s\n", a.name, whyNotAcquired(c, a, err, g))
 		return ExitLost
 	}
 	s := c.SessionFor(l, a.lease)
@@ -158,6 +170,29 @@ func acquireFor(ctx context.Context, c *client.Client, a runArgs, timeout time.D
 	ctx, cancel := context.WithTimeout(ctx, a.wait)
 	defer cancel()
 	return c.Acquire(ctx, a.name, a.holder, a.lease)
+}
+
+// whyNotAcquired says why acquireFor gave up: the server's answer, or —
+// when --wait passed — how long it waited and who holds the ticket now.
+func whyNotAcquired(c *client.Client, a runArgs, err error, g *globals) string {
+	if a.wait == 0 || !(errors.Is(err, client.ErrHeld) || errors.Is(err, context.DeadlineExceeded)) {
+		return ": " + describeErr(err, g.addr)
+	}
+	s := fmt.Sprintf(" within --wait %v", a.wait)
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		return s + ": " + describeErr(err, g.addr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	defer cancel()
+	switch t, gerr := c.Get(ctx, a.name); {
+	case gerr == nil:
+		return s + fmt.Sprintf(": held by %q with token %d", t.Holder, t.Token)
+	case errors.Is(gerr, client.ErrNotFound):
+		return s + ": nobody holds it now; try again"
+	default:
+		return s + ": " + describeErr(err, g.addr)
+	}
 }
 
 // killMargin is how long before the deadline the group gets SIGKILL.

@@ -31,6 +31,7 @@ func watchLoop(ctx context.Context, c *client.Client, name string, until time.Du
 	}
 	var index uint64
 	first := true
+	var last *client.Watched // the last state read, for the error when until passes
 	for {
 		wait := client.MaxWatchWait
 		if dl, ok := ctx.Deadline(); ok {
@@ -40,7 +41,7 @@ func watchLoop(ctx context.Context, c *client.Client, name string, until time.Du
 		switch {
 		case ctx.Err() != nil:
 			if until > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return errWaitedOut
+				return &waitedOutError{name: name, wait: until, last: last}
 			}
 			return ctx.Err()
 		case err != nil:
@@ -56,6 +57,7 @@ func watchLoop(ctx context.Context, c *client.Client, name string, until time.Du
 			t.Stop()
 			continue
 		}
+		last = w
 		if first || w.Index != index {
 			first = false
 			if !each(w) {
@@ -67,6 +69,32 @@ func watchLoop(ctx context.Context, c *client.Client, name string, until time.Du
 }
 
 var errWaitedOut = errors.New("--wait passed")
+
+// waitedOutError is watchLoop's error when --wait passed: what it waited
+// for, how long, and the ticket's last state (who holds it).
+type waitedOutError struct {
+	name string
+	wait time.Duration
+	last *client.Watched // nil: no answer in that time
+}
+
+func (e *waitedOutError) Is(target error) bool { return target == errWaitedOut }
+
+func (e *waitedOutError) Error() string {
+	s := fmt.Sprintf("waited %v (--wait) for ticket %q", e.wait, e.name)
+	switch {
+	case e.last == nil:
+		return s + ": no answer from ticketd in that time"
+	case e.last.Ticket == nil:
+		return s + ": free at the last answer"
+	}
+	t := e.last.Ticket
+	s += fmt.Sprintf(": still held by %s with token %d", showHolder(t.Holder), t.Token)
+	if t.Revoked {
+		s += " (revoked: it frees at its expiry)"
+	}
+	return s
+}
 
 // waitFree is `ticketctl wait NAME`: returns once nobody holds the ticket.
 func waitFree(ctx context.Context, c *client.Client, a args, p printer) error {

@@ -23,7 +23,7 @@ func TestWaitAndWatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := runCtl(t, env, "wait", "lock", "--wait", "100ms"); r.code != 1 || !strings.Contains(r.stderr, "--wait passed") {
+	if r := runCtl(t, env, "wait", "lock", "--wait", "100ms"); r.code != 1 || !strings.Contains(r.stderr, `waited 100ms (--wait) for ticket "lock": still held by alice with token`) {
 		t.Fatalf("wait on a held ticket with --wait 100ms: %+v", r)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
