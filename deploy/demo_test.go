@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -16,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tckclk/tckclk/internal/clustertest"
 )
 
 // testClockFlags widen the nodes' clock limits for a machine loaded by
@@ -25,53 +26,6 @@ import (
 // Δ 12 s makes the max_* limits 3 s. The clock rules are tested at their
 // defaults elsewhere; these tests are about the deploy files.
 const testClockFlags = "--clock.delta_ms 12000 --clock.probe_interval_ms 3000 --clock.probe_timeout_ms 3000 --clock.staleness_ms 30000"
-
-// freePorts returns n distinct loopback ports free for TCP and UDP (gossip
-// needs both) at the time of the call. They are drawn below the kernel's
-// ephemeral range (ip_local_port_range, 32768+ by default), so another
-// test's port-0 listener cannot take one between this check and the demo
-// binding it (seen: a gossip port taken that way).
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	var hold []func() error
-	defer func() {
-		for _, c := range hold {
-			c()
-		}
-	}()
-	seen := map[int]bool{}
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 2000 {
-			t.Fatalf("found only %d free ports below the ephemeral range", len(ports))
-		}
-		port := 20000 + mrand.IntN(12000)
-		if seen[port] {
-			continue
-		}
-		seen[port] = true
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			l.Close()
-			continue
-		}
-		hold = append(hold, l.Close, u.Close)
-		ports = append(ports, port)
-	}
-	return ports
-}
-
-func words(ports []int) string {
-	s := make([]string, len(ports))
-	for i, p := range ports {
-		s[i] = fmt.Sprint(p)
-	}
-	return strings.Join(s, " ")
-}
 
 // deploy/demo.sh, the README's one-command demo, on a machine like a
 // fresh one: it builds, makes keys, starts an agent and three nodes, waits
@@ -85,11 +39,11 @@ func TestDemoScript(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs a cluster")
 	}
-	p := freePorts(t, 8)
+	p := clustertest.Ports(t, 8)
 	work := t.TempDir()
 	cmd := exec.Command("sh", "demo.sh")
 	cmd.Env = append(os.Environ(), "TCKCLK_DEMO_ONESHOT=1", "TCKCLK_DEMO_DIR="+work, "TCKCLK_DEMO_TICKETD_FLAGS="+testClockFlags,
-		"TCKCLK_API_PORTS="+words(p[0:3]), "TCKCLK_GOSSIP_PORTS="+words(p[3:6]),
+		"TCKCLK_API_PORTS="+clustertest.JoinPorts(p[0:3]), "TCKCLK_GOSSIP_PORTS="+clustertest.JoinPorts(p[3:6]),
 		fmt.Sprintf("TCKCLK_AGENT_ADDR=127.0.0.1:%d", p[6]), fmt.Sprintf("TCKCLK_AGENT_HTTP=127.0.0.1:%d", p[7]))
 	cmd.Env = withoutClockSecret(cmd.Env)
 	done := make(chan struct{})
@@ -187,11 +141,11 @@ func runDemoWithLog(t *testing.T, ports int) ([]int, *demoRun) {
 	if testing.Short() {
 		t.Skip("runs a cluster")
 	}
-	p := freePorts(t, ports)
+	p := clustertest.Ports(t, ports)
 	work := t.TempDir()
 	demo := exec.Command("sh", "demo.sh")
 	demo.Env = withoutClockSecret(append(os.Environ(), "TCKCLK_DEMO_DIR="+work, "TCKCLK_DEMO_TICKETD_FLAGS="+testClockFlags,
-		"TCKCLK_API_PORTS="+words(p[0:3]), "TCKCLK_GOSSIP_PORTS="+words(p[3:6]),
+		"TCKCLK_API_PORTS="+clustertest.JoinPorts(p[0:3]), "TCKCLK_GOSSIP_PORTS="+clustertest.JoinPorts(p[3:6]),
 		fmt.Sprintf("TCKCLK_AGENT_ADDR=127.0.0.1:%d", p[6]), fmt.Sprintf("TCKCLK_AGENT_HTTP=127.0.0.1:%d", p[7])))
 	demo.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := demo.StdoutPipe()
@@ -262,7 +216,7 @@ func runDemoWithLog(t *testing.T, ports int) ([]int, *demoRun) {
 // it builds or starts anything, and names the port and the variable that
 // moves it — a second demo must never talk to the first one's cluster.
 func TestDemoRefusesPortsInUse(t *testing.T) {
-	p := freePorts(t, 8)
+	p := clustertest.Ports(t, 8)
 	api, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p[1]))
 	if err != nil {
 		t.Fatal(err)
@@ -281,7 +235,7 @@ func TestDemoRefusesPortsInUse(t *testing.T) {
 	work := filepath.Join(t.TempDir(), "demo")
 	cmd := exec.Command("sh", "demo.sh")
 	cmd.Env = append(os.Environ(), "TCKCLK_DEMO_DIR="+work,
-		"TCKCLK_API_PORTS="+words(p[0:3]), "TCKCLK_GOSSIP_PORTS="+words(p[3:6]),
+		"TCKCLK_API_PORTS="+clustertest.JoinPorts(p[0:3]), "TCKCLK_GOSSIP_PORTS="+clustertest.JoinPorts(p[3:6]),
 		fmt.Sprintf("TCKCLK_AGENT_ADDR=127.0.0.1:%d", p[6]), fmt.Sprintf("TCKCLK_AGENT_HTTP=127.0.0.1:%d", p[7]))
 	out, err := cmd.CombinedOutput()
 	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 1 {

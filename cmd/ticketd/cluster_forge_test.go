@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tckclk/tckclk/internal/clustertest"
 	"github.com/tckclk/tckclk/internal/clustertest/gossipforge"
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/api/wire"
@@ -36,8 +37,8 @@ func TestForgedGossipRetiresNobody(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs four real processes")
 	}
-	gossip := freePorts(t, len(clusterNames))
-	dir := runClusterKeys(t, freePorts(t, len(clusterNames)), gossip, "127.0.0.1:1")
+	gossip := clustertest.Ports(t, len(clusterNames))
+	dir := runClusterKeys(t, clustertest.Ports(t, len(clusterNames)), gossip, "127.0.0.1:1")
 	tokenFile := filepath.Join(dir, "admin.token")
 	tok := make([]byte, 24)
 	rand.Read(tok)

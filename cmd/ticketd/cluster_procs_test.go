@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tckclk/tckclk/internal/clustertest"
 	"github.com/tckclk/tckclk/node"
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/api/wire"
@@ -30,42 +30,6 @@ const clusterKeysScript = "../../deploy/cluster-keys.sh"
 
 var clusterNames = []string{"node-1", "node-2", "node-3"}
 
-// freePorts returns n distinct loopback ports free for TCP and UDP at the
-// moment of the call (gossip binds both).
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var out []int
-	var held []net.Listener
-	defer func() {
-		for _, l := range held {
-			l.Close()
-		}
-	}()
-	for len(out) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			continue // UDP side taken: try another
-		}
-		u.Close()
-		out = append(out, port)
-	}
-	return out
-}
-
-func joinPorts(ports []int) string {
-	s := make([]string, len(ports))
-	for i, p := range ports {
-		s[i] = strconv.Itoa(p)
-	}
-	return strings.Join(s, " ")
-}
-
 // runClusterKeys runs deploy/cluster-keys.sh into a new directory and
 // returns it; it skips the test when openssl is absent.
 func runClusterKeys(t *testing.T, apiPorts, gossipPorts []int, agentAddr string) string {
@@ -75,7 +39,7 @@ func runClusterKeys(t *testing.T, apiPorts, gossipPorts []int, agentAddr string)
 	}
 	dir := filepath.Join(t.TempDir(), "cluster")
 	cmd := exec.Command("sh", append([]string{clusterKeysScript, dir}, clusterNames...)...)
-	cmd.Env = append(childEnv(), "TCKCLK_API_PORTS="+joinPorts(apiPorts), "TCKCLK_GOSSIP_PORTS="+joinPorts(gossipPorts), "TCKCLK_AGENT_ADDR="+agentAddr)
+	cmd.Env = append(childEnv(), "TCKCLK_API_PORTS="+clustertest.JoinPorts(apiPorts), "TCKCLK_GOSSIP_PORTS="+clustertest.JoinPorts(gossipPorts), "TCKCLK_AGENT_ADDR="+agentAddr)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("cluster-keys.sh: %v\n%s", err, out)
 	}
@@ -290,9 +254,9 @@ func TestThreeProcessClusterKill9Leader(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs four real processes")
 	}
-	gossip := freePorts(t, len(clusterNames)+2) // the last two for the restart
+	gossip := clustertest.Ports(t, len(clusterNames)+2) // the last two for the restart
 	meshPort := gossip[len(clusterNames)+1]
-	dir := runClusterKeys(t, freePorts(t, len(clusterNames)), gossip[:len(clusterNames)], "127.0.0.1:1")
+	dir := runClusterKeys(t, clustertest.Ports(t, len(clusterNames)), gossip[:len(clusterNames)], "127.0.0.1:1")
 	pc := &procCluster{t: t, dir: dir, agentAddr: startDevAgent(t, filepath.Join(dir, "clock.secret")), procs: map[string]*proc{}}
 	for _, name := range clusterNames {
 		pc.start(name)

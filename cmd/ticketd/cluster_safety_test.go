@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tckclk/tckclk/internal/clustertest"
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/safety"
 	"github.com/tckclk/tckclk/safety/workload"
@@ -22,7 +23,7 @@ func startSafetyCluster(t *testing.T) (*procCluster, string) {
 	if testing.Short() {
 		t.Skip("builds and runs four real processes")
 	}
-	dir := runClusterKeys(t, freePorts(t, len(clusterNames)), freePorts(t, len(clusterNames)), "127.0.0.1:1")
+	dir := runClusterKeys(t, clustertest.Ports(t, len(clusterNames)), clustertest.Ports(t, len(clusterNames)), "127.0.0.1:1")
 	pc := &procCluster{t: t, dir: dir, agentAddr: startDevAgent(t, filepath.Join(dir, "clock.secret")), procs: map[string]*proc{}}
 	for _, name := range clusterNames {
 		pc.start(name)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/tckclk/tckclk/internal/clustertest"
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/api/wire"
 )
@@ -33,7 +34,7 @@ func TestClusterSnapshotMetaDigitRefused(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs four real processes")
 	}
-	dir := runClusterKeys(t, freePorts(t, len(clusterNames)), freePorts(t, len(clusterNames)), "127.0.0.1:1")
+	dir := runClusterKeys(t, clustertest.Ports(t, len(clusterNames)), clustertest.Ports(t, len(clusterNames)), "127.0.0.1:1")
 	tok := make([]byte, 16)
 	rand.Read(tok)
 	token := hex.EncodeToString(tok)

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tckclk/tckclk/internal/clustertest"
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/api/wire"
 )
@@ -340,8 +341,8 @@ func startSuperCluster(t *testing.T, wrap []string, extra ...string) *superClust
 	if testing.Short() {
 		t.Skip("builds and runs four real processes")
 	}
-	apiPorts := freePorts(t, len(clusterNames))
-	dir := runClusterKeys(t, apiPorts, freePorts(t, len(clusterNames)), "127.0.0.1:1")
+	apiPorts := clustertest.Ports(t, len(clusterNames))
+	dir := runClusterKeys(t, apiPorts, clustertest.Ports(t, len(clusterNames)), "127.0.0.1:1")
 	sc := &superCluster{t: t, dir: dir, api: map[string]string{}, cl: map[string]*client.Client{}, nodes: map[string]*supervised{},
 		adminTokenFile: filepath.Join(dir, "admin.token")}
 	const adminToken = "supervised-cluster-admin-token-0123456789"

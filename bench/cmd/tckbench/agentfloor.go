@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tckclk/tckclk/bench/internal/load"
+	"github.com/tckclk/tckclk/internal/clustertest"
 	"github.com/tckclk/tckclk/internal/secret"
 	"github.com/tckclk/tckclk/protocol"
 )
@@ -160,7 +161,7 @@ func devKeys(secretFile string) (protocol.KeyRing, []byte, error) {
 func runAgentFloor(ctx context.Context, e *env, it itemOptions, stdout io.Writer) (*agentFloor, error) {
 	k := len(e.procs)
 	defer e.stopFrom(k)
-	ports, err := freePorts(3)
+	ports, err := clustertest.FreePorts(3)
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tckclk/tckclk/internal/clustertest"
 	"github.com/tckclk/tckclk/node/api/client"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -139,32 +139,6 @@ func (e *env) build() error {
 	return nil
 }
 
-// freePorts returns n distinct loopback ports free for TCP and UDP.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var hold []func() error
-	defer func() {
-		for _, c := range hold {
-			c()
-		}
-	}()
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			l.Close()
-			continue
-		}
-		hold = append(hold, l.Close, u.Close)
-		ports = append(ports, port)
-	}
-	return ports, nil
-}
-
 // server is one system under test: its processes and the endpoint the
 // load goes to (the leader's).
 type server struct {
@@ -188,7 +162,7 @@ type server struct {
 // startEtcd starts an n-member etcd cluster (fsync on: etcd's default) and
 // returns it with the leader's client endpoint.
 func (e *env) startEtcd(ctx context.Context, n int) (*server, error) {
-	ports, err := freePorts(2 * n)
+	ports, err := clustertest.FreePorts(2 * n)
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +266,7 @@ func (e *env) startTicketdSpec(ctx context.Context, spec clusterSpec) (*server, 
 		if !profile {
 			return extra, nil
 		}
-		ports, err := freePorts(1)
+		ports, err := clustertest.FreePorts(1)
 		if err != nil {
 			return nil, err
 		}
@@ -302,7 +276,7 @@ func (e *env) startTicketdSpec(ctx context.Context, spec clusterSpec) (*server, 
 	}
 	var urls []string
 	if n == 1 {
-		ports, err := freePorts(1)
+		ports, err := clustertest.FreePorts(1)
 		if err != nil {
 			return nil, err
 		}
@@ -319,7 +293,7 @@ func (e *env) startTicketdSpec(ctx context.Context, spec clusterSpec) (*server, 
 		s.procs, urls = []*proc{p}, []string{"http://" + u}
 	} else {
 		all := n + spec.spare
-		ports, err := freePorts(2*all + 2)
+		ports, err := clustertest.FreePorts(2*all + 2)
 		if err != nil {
 			return nil, err
 		}

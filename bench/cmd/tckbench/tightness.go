@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tckclk/tckclk/internal/clustertest"
 	"github.com/tckclk/tckclk/node/api/client"
 )
 
@@ -256,7 +257,7 @@ func (e *env) startChronyPair(ctx context.Context, chronyd string) (*chronyPair,
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(2)
+	ports, err := clustertest.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
@@ -331,7 +332,7 @@ func runTightness(ctx context.Context, e *env, it itemOptions, stdout io.Writer)
 	if err != nil {
 		return nil, withLogs(err, e)
 	}
-	ports, err := freePorts(2)
+	ports, err := clustertest.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
