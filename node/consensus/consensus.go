@@ -158,7 +158,8 @@ func Open(o Options) (_ *Raft, err error) {
 			return nil, err
 		}
 	}
-	p.store, err = openStore(o.Dir, kind, hclog.New(&hclog.LoggerOptions{Name: "wal", Output: raftLog, Level: hclog.Info}))
+	fence := &installFence{}
+	p.store, err = openStore(o.Dir, kind, hclog.New(&hclog.LoggerOptions{Name: "wal", Output: raftLog, Level: hclog.Info}), fence)
 	if err != nil {
 		return nil, err
 	}
@@ -199,10 +200,11 @@ func Open(o Options) (_ *Raft, err error) {
 	if err != nil {
 		return nil, err
 	}
-	p.r, err = raft.NewRaft(rc, &raftFSM{t: o.FSM}, cache, p.store, &positionStore{SnapshotStore: p.snaps, fsm: o.FSM}, p.trans)
+	p.r, err = raft.NewRaft(rc, &raftFSM{t: o.FSM, fence: fence}, cache, p.store, &positionStore{SnapshotStore: p.snaps, fsm: o.FSM, log: p.store}, p.trans)
 	if err != nil {
 		return nil, &datadir.Error{File: p.logPath, Err: err}
 	}
+	fence.raft.Store(p.r)
 	if !o.RequireVoter {
 		return p, nil
 	}

@@ -12,7 +12,8 @@ import (
 
 // raftFSM adapts ticket.FSM to raft.BatchingFSM.
 type raftFSM struct {
-	t *ticket.FSM
+	t     *ticket.FSM
+	fence *installFence // nil: nothing watches the log clean-up after an install
 }
 
 func (f *raftFSM) Apply(l *raft.Log) any {
@@ -42,7 +43,11 @@ func (f *raftFSM) Snapshot() (raft.FSMSnapshot, error) {
 // refused snapshot stops the FSM, and the node with it.
 func (f *raftFSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	return f.t.Restore(rc)
+	if err := f.t.Restore(rc); err != nil {
+		return err
+	}
+	f.fence.restoreDone()
+	return nil
 }
 
 // hclogWriter turns the lines of Raft's own logger (hclog's text format,

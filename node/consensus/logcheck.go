@@ -25,6 +25,7 @@ import (
 // extensions (not AppendedAt, which only feeds Raft's metrics).
 type checkedStore struct {
 	logStore
+	fence *installFence // nil: an offline store (recover, restore)
 }
 
 // sealMagic starts the seal, so an entry written without one (or with a
@@ -81,9 +82,13 @@ func OpenLogSeal(l *raft.Log) error {
 	return nil
 }
 
-func (s checkedStore) StoreLog(l *raft.Log) error { return s.logStore.StoreLog(SealLog(l)) }
+func (s checkedStore) StoreLog(l *raft.Log) error {
+	s.fence.logWritten()
+	return s.logStore.StoreLog(SealLog(l))
+}
 
 func (s checkedStore) StoreLogs(logs []*raft.Log) error {
+	s.fence.logWritten()
 	sealed := make([]*raft.Log, len(logs))
 	for i, l := range logs {
 		sealed[i] = SealLog(l)
@@ -108,6 +113,12 @@ func (s checkedStore) GetLog(index uint64, l *raft.Log) error {
 		return err
 	}
 	return OpenLogSeal(l)
+}
+
+// DeleteRange keeps the entries from an installed snapshot's last one on
+// when the snapshot ends inside the log (installFence).
+func (s checkedStore) DeleteRange(min, max uint64) error {
+	return s.fence.deleteRange(s.logStore, min, max)
 }
 
 // IsMonotonic forwards raft.MonotonicLogStore: Raft treats a monotonic

@@ -98,8 +98,9 @@ func storePath(d *datadir.Dir, kind string) string {
 }
 
 // openStore opens (creating when absent) the log store of kind in d and
-// reads every entry once (scanLog) before Raft sees it.
-func openStore(d *datadir.Dir, kind string, log hclog.Logger) (logStore, error) {
+// reads every entry once (scanLog) before Raft sees it. fence is the
+// running Raft's (nil offline).
+func openStore(d *datadir.Dir, kind string, log hclog.Logger, fence *installFence) (logStore, error) {
 	if kind == LogStoreBolt {
 		s, err := openBolt(d.RaftDB())
 		if err != nil {
@@ -112,7 +113,7 @@ func openStore(d *datadir.Dir, kind string, log hclog.Logger) (logStore, error) 
 	if err != nil {
 		return nil, err
 	}
-	s := checkedStore{w}
+	s := checkedStore{logStore: w, fence: fence}
 	if err := scanLog(dir, s); err != nil {
 		s.Close()
 		return nil, err

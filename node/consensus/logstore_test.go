@@ -48,7 +48,7 @@ func appendN(t *testing.T, s logStore, from, to uint64, size int) {
 
 func mustOpenStore(t *testing.T, d *datadir.Dir, kind string) logStore {
 	t.Helper()
-	s, err := openStore(d, kind, nil)
+	s, err := openStore(d, kind, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func TestWALDamageRefused(t *testing.T) {
 			segs, oldMeta := rotated(t, d)
 			file := c.damage(t, d, segs, oldMeta)
 			before := listing(t, d.WAL())
-			_, err := openStore(d, LogStoreWAL, nil)
+			_, err := openStore(d, LogStoreWAL, nil, nil)
 			wantDataErr(t, err, file, c.msg)
 			if after := listing(t, d.WAL()); after != before {
 				t.Fatalf("the refusal changed wal/:\nbefore %s\nafter  %s", before, after)

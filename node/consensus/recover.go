@@ -142,7 +142,7 @@ func WriteRecovered(to *datadir.Dir, fsm *ticket.FSM, info RecoverInfo, newID, a
 	if err := persist(s, sink); err != nil {
 		return &datadir.Error{File: to.Snapshots(), Err: err}
 	}
-	store, err := openStore(to, kind, nil)
+	store, err := openStore(to, kind, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -189,7 +189,7 @@ func openReadOnly(d *datadir.Dir, kind string) (logStore, error) {
 		os.RemoveAll(tmp)
 		return nil, &datadir.Error{File: d.WAL(), Err: err}
 	}
-	return &tempStore{logStore: checkedStore{w}, dir: tmp}, nil
+	return &tempStore{logStore: checkedStore{logStore: w}, dir: tmp}, nil
 }
 
 // tempStore is a log store opened from a private copy, removed on Close.

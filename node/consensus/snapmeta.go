@@ -36,9 +36,15 @@ type positionStore struct {
 	// fsm is stopped when a snapshot's payload contradicts the metadata
 	// it is finalised with (nil: nothing to stop, an offline write).
 	fsm *ticket.FSM
+	// log is the Raft log: a snapshot ending before it begins is refused
+	// (refuseBehindLog; nil: no check, an offline write).
+	log raft.LogStore
 }
 
 func (s *positionStore) Create(version raft.SnapshotVersion, index, term uint64, conf raft.Configuration, confIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
+	if err := refuseBehindLog(s.log, index); err != nil {
+		return nil, err
+	}
 	sink, err := s.SnapshotStore.Create(version, index, term, conf, confIndex, trans)
 	if err != nil {
 		return nil, err
