@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ticketd vs etcd, side by side in one run (issue 6, SPEC §4/§5 known-good
+# ticketd vs etcd, side by side in one run (SPEC §4/§5 known-good
 # set): a single-member etcd from Debian's etcd-server and a single-node
 # ticketd, both on loopback in a temp dir with fsync on (the defaults of
 # both), driven by bench/ticketload (in bench/'s own Go module, which
@@ -10,7 +10,7 @@
 #
 #   bench/etcd.sh                       # 64 clients, 2 rounds × 20 s each
 #   CLIENTS=64 DURATION=30s ROUNDS=3 bench/etcd.sh
-#   HANDOFF=1 bench/etcd.sh             # one contended lock: ticketd Acquire vs etcd Mutex.Lock (issue 14)
+#   HANDOFF=1 bench/etcd.sh             # one contended lock: ticketd Acquire vs etcd Mutex.Lock (SPEC §4.2)
 #
 # Environment: CLIENTS, DURATION, ROUNDS, WARMUP, HANDOFF, ETCD (binary),
 # ETCD_CLIENT_PORT (23790), ETCD_PEER_PORT (23800), TICKETD_PORT (27980).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One million active tickets on a single-node ticketd (issue 6): fill
+# One million active tickets on a single-node ticketd: fill
 # through the HTTP API (distinct names, lease 250 s), then report the
 # process's RSS (target ≤ 1 GiB), a snapshot's size and time, the data
 # dir's size, and the restart time (process start → /readyz 200) after a

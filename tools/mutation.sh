@@ -11,7 +11,7 @@
 # passed to gremlins as --exclude-files); the package's whole test suite
 # still judges every mutant. The mesh is run that way: its handshake
 # (handshake.go, the frames in frame.go, the flow in session.go) is what
-# issue 17 names.
+# SPEC §5 Identity rests on.
 #
 # gremlins is pinned and installed into GOPATH/bin with `go install`, never
 # into this module's go.mod. It works on a copy of the module in a

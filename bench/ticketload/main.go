@@ -35,7 +35,7 @@
 // a Raft snapshot (admin token) and prints its index, size and duration.
 //
 // Check mode runs the safety workload and checker against a live cluster
-// (issue 13; see check.go):
+// (package safety; see check.go):
 //
 //	ticketload check --addrs A,B,C --duration 10m --tickets 8 --prefix P
 //

@@ -140,7 +140,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}()
-	// Every file and directory the node creates is owner-only (issue 10).
+	// Every file and directory the node creates is owner-only (SECURITY.md).
 	syscall.Umask(0o077)
 	deps := node.Deps{Logger: log, Reload: reload, ReloadConfig: load, Readiness: notifyReadiness(log)}
 	if testFaults != nil {

@@ -22,7 +22,7 @@ const (
 // startPprof serves net/http/pprof (CPU, heap, block, mutex, goroutine
 // profiles) on addr, a loopback HOST:PORT only, and turns block and mutex
 // profiling on. It is off unless --debug.pprof is given (for bench/'s
-// profiling, issue 16); the API listener never serves it. stop ends the
+// profiling: tckbench -profile); the API listener never serves it. stop ends the
 // listener.
 func startPprof(addr string, log *slog.Logger) (bound string, stop func(), err error) {
 	host, _, err := net.SplitHostPort(addr)

@@ -15,7 +15,8 @@ import (
 )
 
 // POST /v1/batch carries several grant, renew and release ops in one
-// request (issue 16: one HTTP request per op was the bottleneck). Each op
+// request (one HTTP request per op bounds a client's throughput long
+// before Raft does: bench/report.md). Each op
 // goes through exactly the path of its single endpoint: the same
 // validation, the same Backend.Write (clock check per proposal, its own
 // Raft entry, forwarding from a follower, the unknown-outcome mapping) and

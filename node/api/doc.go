@@ -15,7 +15,7 @@
 //     so it changes nothing.
 //   - Tokens are compared in constant time and never logged or echoed.
 //
-// POST /v1/batch (issue 16; beside SPEC §4.1) carries up to MaxBatchOps
+// POST /v1/batch (an addition beside SPEC §4.1) carries up to MaxBatchOps
 // grant, renew and release ops:
 //
 //	POST /v1/batch  {"ops":[{"op":"grant","name":"a","holder":"h","lease_s":30},

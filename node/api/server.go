@@ -734,7 +734,7 @@ func (s *server) authorize(r *http.Request, admin bool) *Error {
 	got := sha256.Sum256([]byte(tok))
 	match := subtle.ConstantTimeCompare(got[:], want[:]) == 1
 	if !admin && s.admin != nil {
-		// The admin token also opens the client endpoints (issue 10).
+		// The admin token also opens the client endpoints (SECURITY.md).
 		match = subtle.ConstantTimeCompare(got[:], s.admin[:]) == 1 || match
 	}
 	if !match || !ok {

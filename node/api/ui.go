@@ -8,7 +8,7 @@ import (
 	"net/http"
 )
 
-// uiPage is the read-only status page served at /ui/ (issue 15): one
+// uiPage is the read-only status page served at /ui/ (docs/operations.md): one
 // file, no framework, no external fetch. It holds no data: it reads
 // /v1/status and, with the admin token the operator gives it, the member
 // table, through the API and its usual bearer tokens.

@@ -1,6 +1,8 @@
-// Package consensus is hashicorp/raft around the ticket FSM: the bolt log
-// and stable store and the file snapshot store under a node/datadir, the
-// FSM adapter, snapshot verification before Raft starts, and Propose,
+// Package consensus is hashicorp/raft around the ticket FSM: the log and
+// stable store (raft-wal in wal/, the default for a new data dir, or
+// raft-boltdb/v2 in raft.db: LogStoreWAL, LogStoreBolt) with a CRC seal on
+// every entry and the file snapshot store under a node/datadir, the FSM
+// adapter, snapshot verification before Raft starts, and Propose,
 // Barrier and VerifyLeader bounded by a context.
 //
 // The transport is injected: an in-memory one for a single node, the mesh's

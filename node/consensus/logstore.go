@@ -28,12 +28,12 @@ const (
 	// gets the write-ahead log.
 	LogStoreAuto = "auto"
 	// LogStoreWAL is hashicorp/raft-wal: append-only segment files, one
-	// fsync per appended batch. Issue 16 measured it: bolt's two fsyncs
-	// and page writes per batch, on the leader and then on the follower,
-	// were the serial commit round that bounded throughput.
+	// fsync per appended batch, where bolt does two fsyncs and page writes
+	// per batch on the leader and again on each follower — the serial
+	// commit round that bounds throughput (bench/report.md).
 	LogStoreWAL = "wal"
-	// LogStoreBolt is hashicorp/raft-boltdb/v2 in raft.db (every data dir
-	// before the write-ahead log).
+	// LogStoreBolt is hashicorp/raft-boltdb/v2 in raft.db (data dirs
+	// created with it keep it; a new one gets it only when asked for).
 	LogStoreBolt = "bolt"
 )
 

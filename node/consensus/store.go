@@ -233,7 +233,7 @@ func scanLog(path string, s logStore) (err error) {
 // position behind the high-water mark of the last clean stop, and — for a
 // single voter, whose log always reaches its own snapshots — a log that is
 // empty or ends before the newest snapshot. Starting on any of them could
-// forget acknowledged writes and issue a fencing token twice (issue 10). A
+// forget acknowledged writes and issue a fencing token twice (SPEC §4). A
 // cluster follower's log may legitimately end before a snapshot it
 // installed from the leader; its stable store's term never does.
 func checkLog(path string, s logStore, snap *raft.SnapshotMeta, hwm highWater, strict bool) error {

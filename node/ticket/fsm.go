@@ -375,7 +375,8 @@ func (f *FSM) GetIndexed(name string) (Ticket, bool, uint64) {
 // RefusesGrant reports whether a Grant by holder at nowMs would be refused
 // as held by the current state (another holder, expiry > nowMs), with the
 // refusal the FSM would return. A leader may answer it without appending
-// an entry: a refusal never creates a holder (issue 10).
+// an entry: a refusal never creates a holder (SPEC §4 Grant;
+// TestRefusedGrantAppendsNothing).
 func (f *FSM) RefusesGrant(name, holder string, nowMs uint64) (Result, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()

@@ -22,7 +22,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// Diagnostics of one measured window (issue 16 item 3), only with
+// Diagnostics of one measured window, only with
 // -profile / -strace: strace slows the traced process, so these runs are
 // for finding the bottleneck, not for the figures.
 type diag struct {

@@ -17,7 +17,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// Failover (issue 16 item 5, kill -9 part): per trial, kill -9 the
+// Failover (the kill -9 part of -sections failover): per trial, kill -9 the
 // leader of a 3-node cluster and time until a lock cycle succeeds again
 // through the surviving nodes; then restart the killed node and wait for
 // the cluster to be whole before the next trial.

@@ -13,17 +13,17 @@ import (
 	"time"
 )
 
-// The sections of issue 16 beyond the ticketd/etcd load: each switchable
-// with -sections so a run can do only it.
+// The report's sections: each switchable with -sections so a run can do
+// only it.
 //
-//	load       ticketd vs etcd (items 2, 3: main.go)
-//	agent      the agent vs a bare one-line TCP server (item 4, agentfloor.go)
-//	failover   clock-failure, ticketd and etcd kill -9 failover (item 5,
-//	           clockfailover.go, failover.go)
-//	tightness  the node's running bound vs chrony's root distance (item 7,
-//	           tightness.go)
+//	load       ticketd vs etcd (main.go)
+//	agent      the agent vs a bare one-line TCP server (agentfloor.go)
+//	failover   clock-failure, ticketd and etcd kill -9 failover
+//	           (clockfailover.go, failover.go)
+//	tightness  the node's running bound vs chrony's root distance
+//	           (tightness.go)
 //	scale      active tickets: RSS, snapshot, restore, a new node's
-//	           catch-up (item 6, scale.go)
+//	           catch-up (scale.go)
 var allSections = []string{"load", "agent", "failover", "tightness", "scale"}
 
 // itemOptions are the flags of those sections.

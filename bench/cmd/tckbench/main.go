@@ -1,4 +1,4 @@
-// Command tckbench is the performance report of issue 16 in one command:
+// Command tckbench is the performance report (bench/report.md) in one command:
 // on loopback it starts ticketd and etcd (Debian's etcd-server), one node
 // and three nodes each, fsync on for both, and drives them with
 // bench/internal/load in alternating rounds:
@@ -17,7 +17,7 @@
 // targets) with PNG plots beside it and report.json, and prints the
 // summary. Every figure is a ratio measured in the same run.
 //
-// The other sections of issue 16 (items.go; -sections picks any of them,
+// The other sections (items.go; -sections picks any of them,
 // all by default): agent — the real agent vs a bare one-line TCP server
 // (agentfloor.go); failover — the leader's clock going bad (a planned
 // transfer, clockfailover.go) beside kill -9 of ticketd's and etcd's

@@ -21,7 +21,7 @@ import (
 	"github.com/tckclk/tckclk/node/api/wire"
 )
 
-// Scale (issue 16 item 6): per ticket count N, a fresh 3-node ticketd
+// Scale (-sections scale): per ticket count N, a fresh 3-node ticketd
 // cluster (as the comparison's, with a fourth NodeId trusted but not
 // started) is filled with N distinct tickets through the leader's HTTP API
 // (every grant a Raft entry, lease 250 s), then measured while every

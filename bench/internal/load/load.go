@@ -46,15 +46,15 @@ type Ticketd struct {
 // clients (connections are kept alive and reused). With h2c it speaks
 // HTTP/2 without TLS (prior knowledge) instead of HTTP/1.1: every client
 // multiplexed over a few connections, as gRPC does for etcd (an
-// experiment of issue 16; the server must accept h2c).
+// experiment; the server must accept h2c).
 func NewTicketd(url string, clients int, h2c bool) (*Ticketd, error) {
 	return NewTicketdWith(url, clients, TicketdOptions{H2C: h2c})
 }
 
 // DefaultCoalesce is the batches in flight of the coalescing ticketd
-// client the load tools use by default (issue 16 item 3: coalescing
-// measured ahead of one request per op, and 1–2 in flight ahead of 4–8 at
-// 3 nodes: bench/findings.md).
+// client the load tools use by default (coalescing measured ahead of one
+// request per op, and 1–2 in flight ahead of 4–8 at 3 nodes:
+// bench/findings.md).
 const DefaultCoalesce = 2
 
 // TicketdOptions choose how the ticketd clients talk to the server.

@@ -38,8 +38,7 @@ import (
 // batch goes on for the others. GrantWait, Acquire's waits, reads and
 // admin calls are not batched.
 //
-// POST /v1/batch is ticketd's since issue 16. A server without it (an
-// older ticketd) answers the batch request itself 404 or 405: then
+// A server without POST /v1/batch (an older ticketd) answers the batch request itself 404 or 405: then
 // nothing of the batch was applied, so each of its calls is sent again
 // alone, and for noBatchRetry (a minute) every call goes alone on its own
 // ctx, unqueued, as without coalescing; the first batch after that asks
