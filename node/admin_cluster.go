@@ -16,7 +16,7 @@ import (
 // clusterMembers is /v1/cluster/members in cluster mode: every server of
 // the Raft configuration and every gossip member (gossip-only clients
 // too), with what each advertises: role, failure domain, clock state and
-// bound against Δ/2 (SPEC §5, issue 12 item 7).
+// bound against Δ/2 (SPEC §5).
 func (n *Node) clusterMembers() ([]wire.Member, error) {
 	byID := map[string]*wire.Member{}
 	if r := n.raft(); r != nil {

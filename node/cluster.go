@@ -1,6 +1,6 @@
 package node
 
-// Cluster mode (SPEC §5, issue 11): the mesh, gossip membership, Raft over
+// Cluster mode (SPEC §5): the mesh, gossip membership, Raft over
 // the mesh, bootstrap_expect, the leader's reconciler and forwarding. The
 // single-node path never reaches this file: n.cl is nil there.
 

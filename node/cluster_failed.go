@@ -1,7 +1,7 @@
 package node
 
-// The clock-failure lifecycle of a cluster node (SPEC §3.4, issue 12 item
-// 3). A node whose clock goes FAILED after clock_check:
+// The clock-failure lifecycle of a cluster node (SPEC §3.4). A node whose
+// clock goes FAILED after clock_check:
 //
 //  1. has already stopped proposing (every Grant, Renew and Expire checks
 //     the guard first) and answers 503 with the reason (stage failed);

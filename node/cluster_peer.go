@@ -1,7 +1,7 @@
 package node
 
-// The peer-status query over mesh streams of class bootstrap (issue 11
-// item 5, issue 12 item 2): a node asks a peer whether it holds Raft state
+// The peer-status query over mesh streams of class bootstrap (SPEC §5
+// Bootstrap, §3.4 replacement): a node asks a peer whether it holds Raft state
 // (Consul's maybeBootstrap asks every peer before bootstrapping) and how
 // far its log reaches (the leader's reconciler promotes a non-voter only
 // once it has caught up: RunnerConfig.Progress). Frames: package

@@ -1,6 +1,6 @@
 package node
 
-// Cluster readiness (SPEC §3.5, issue 12 item 5): after bootstrap or join,
+// Cluster readiness (SPEC §3.5): after bootstrap or join,
 // a node becomes ready only once `uniform` held — every voter advertises
 // the same Δ, the same protocol version and a healthy clock sampled within
 // the staleness window. Uniform is latched: afterwards the node stays ready

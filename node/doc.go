@@ -1,12 +1,19 @@
 // Package node is the ticketing node (`ticketd`), wired together in
-// Run(ctx, cfg): configuration, clock health (node/clockhealth), the
-// durable single-voter Raft (hashicorp/raft + raft-boltdb/v2) around the
-// ticket FSM, the leader's expiry loop, and the HTTP API of SPEC §4.1.
+// Run(ctx, cfg): configuration, clock health (node/clockhealth), durable
+// Raft (node/consensus: hashicorp/raft with the raft-wal or raft-boltdb
+// log) around the ticket FSM, the leader's expiry loop, and the HTTP API of
+// SPEC §4.1. A single node is the one voter of its Raft on an in-memory
+// transport; in cluster mode (cluster*.go, SPEC §5) the node is a voter,
+// a non-voter or a gossip-only client, with Raft over the authenticated
+// mesh, gossip membership, the leader's reconciler and forwarding of
+// writes and reads to the leader.
 //
-// Start-up (SPEC §3.5): lock the data dir (a retired one is refused, a
-// FAILED marker sets a hold-off), listen for the API (probes see every
-// stage), clock_check with an agent (3 consecutive healthy samples; a
-// failure exits and records nothing), open Raft, lead, ready.
+// Start-up (SPEC §3.5): lock the data dir (a retired one is refused or,
+// in cluster mode with auto_replace, moved aside for the next generation;
+// a FAILED marker sets a single node's hold-off), listen for the API
+// (probes see every stage), clock_check with an agent (3 consecutive
+// healthy samples; a failure exits and records nothing), open Raft,
+// bootstrap or join, uniform (cluster mode), ready.
 //
 // Invariants:
 //   - Nothing is served from partial state: the newest snapshot is verified
@@ -21,7 +28,9 @@
 //     503 with the SPEC §1.5 reason, no expiry. A single node records it in
 //     the data dir (clock-failed, fsynced) unless it failed in clock_check;
 //     every later start then holds off 250 s + Δ, and the marker goes only
-//     after a hold-off passed with a healthy clock.
+//     after a hold-off passed with a healthy clock. A cluster node instead
+//     writes the retired marker, hands leadership off, shuts Raft down and
+//     exits (cluster_failed.go, SPEC §3.4).
 //   - Reads are linearizable: the leader has committed a Barrier in its
 //     current term and VerifyLeader succeeds for the read.
 //
