@@ -8,7 +8,8 @@
 // TCKCLK/2 agents first (clock_check) and fails closed (SPEC §3). Every
 // config key is also a flag (--clock.delta_ms 500), numbers in plain
 // decimal; secrets come only from files or the environment. Exit status: 0
-// ok, 1 runtime failure, 2 bad usage or configuration.
+// ok, 1 runtime failure, 2 bad usage or configuration; a crash (a Go panic
+// or fatal error) ends it by SIGABRT (crash.go).
 package main
 
 import (
@@ -29,6 +30,7 @@ import (
 )
 
 func main() {
+	crashRestartable() // a panic kills it by SIGABRT, not the exit 2 of a refusal
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

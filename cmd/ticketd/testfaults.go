@@ -21,6 +21,9 @@ import (
 //	                                    (may be negative) off the system's
 //	TCKCLK_TESTFAULT_EXPIRE_EARLY=1     the broken variant: as leader it
 //	                                    frees tickets Δ early
+//	TCKCLK_TESTFAULT_PANIC=1            a goroutine of its own panics once
+//	                                    the node starts (how a crash ends
+//	                                    the process: crash.go)
 //
 // and says so in its log. Release builds have no such code.
 func init() { testFaults = applyTestFaults }
@@ -42,6 +45,14 @@ func applyTestFaults(d *node.Deps, log *slog.Logger) error {
 		log.Warn("TEST FAULT: broken expiry, the leader frees tickets Δ early")
 	default:
 		return fmt.Errorf("TCKCLK_TESTFAULT_EXPIRE_EARLY %q: want 1 or unset", v)
+	}
+	switch v := os.Getenv("TCKCLK_TESTFAULT_PANIC"); v {
+	case "":
+	case "1":
+		log.Warn("TEST FAULT: a goroutine panics")
+		go panic("TEST FAULT: TCKCLK_TESTFAULT_PANIC")
+	default:
+		return fmt.Errorf("TCKCLK_TESTFAULT_PANIC %q: want 1 or unset", v)
 	}
 	return nil
 }
