@@ -8,10 +8,11 @@ import (
 	"net/http"
 )
 
-// uiPage is the read-only status page served at /ui/ (docs/operations.md): one
-// file, no framework, no external fetch. It holds no data: it reads
-// /v1/status and, with the admin token the operator gives it, the member
-// table, through the API and its usual bearer tokens.
+// uiPage is the read-only status page served at /ui/: one file, no
+// framework, no external fetch. It holds no data: it reads /v1/status,
+// /v1/cluster/health (SPEC §3.5), /v1/tickets and, with the admin token
+// the operator gives it, /v1/cluster/members, through the API and its
+// usual bearer tokens (docs/operations.md, "The status page").
 //
 //go:embed ui/index.html
 var uiPage []byte

@@ -28,46 +28,178 @@ func (*ticketsBackend) Status(context.Context) wire.Status {
 	return wire.Status{NodeID: "node-1", Mode: "single-node", Role: "leader", Ready: true, DeltaMs: 500, TicketsActive: 2}
 }
 
-// SPEC §4 (Revoke: "Get shows revoked"), in a real browser: headless
-// Chromium renders /ui/ from a server whose tickets include a revoked one;
-// the ticket table marks that row revoked and only that one, under the
-// page's CSP (nothing else may run).
-func TestStatusPageShowsRevokedInChromium(t *testing.T) {
-	browser := ""
+// chromium is headless Chromium on PATH, or a skip.
+func chromium(t *testing.T) string {
+	t.Helper()
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
 		if p, err := exec.LookPath(name); err == nil {
-			browser = p
-			break
+			return p
 		}
 	}
-	if browser == "" {
-		t.Skip("no chromium on PATH (Debian package chromium); CI installs it")
-	}
-	const adminTok = "admin-token-0123456789abcdef012345"
-	srv := httptest.NewServer(NewHandler(Options{Backend: &ticketsBackend{}, AdminToken: []byte(adminTok)}))
-	defer srv.Close()
+	t.Skip("no chromium on PATH (Debian package chromium); CI installs it")
+	return ""
+}
+
+// renderPage loads /ui/+query from srv in headless Chromium with the
+// token in the fragment and returns the DOM after 5 s of virtual time.
+func renderPage(t *testing.T, browser, url, query, token string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-		"--no-first-run", "--user-data-dir="+t.TempDir(), "--virtual-time-budget=5000", "--dump-dom", srv.URL+"/ui/#token="+adminTok).Output()
+		"--no-first-run", "--user-data-dir="+t.TempDir(), "--virtual-time-budget=5000", "--dump-dom", url+"/ui/"+query+"#token="+token).Output()
 	if err != nil {
 		t.Fatalf("chromium: %v", err)
 	}
-	dom := string(out)
-	row := func(name string) string {
+	return string(out)
+}
+
+// SPEC §4 (Revoke: "Get shows revoked"), in a real browser: headless
+// Chromium renders /ui/ from a server whose tickets include a revoked one;
+// the ticket table marks that row revoked and only that one, under the
+// page's CSP (nothing else may run); the filter (?q=) keeps the tickets
+// whose name or holder matches.
+func TestStatusPageShowsRevokedInChromium(t *testing.T) {
+	browser := chromium(t)
+	const adminTok = "admin-token-0123456789abcdef012345"
+	srv := httptest.NewServer(NewHandler(Options{Backend: &ticketsBackend{}, AdminToken: []byte(adminTok)}))
+	defer srv.Close()
+	render := func(query string) string { return renderPage(t, browser, srv.URL, query, adminTok) }
+	dom := render("")
+	row := func(dom, name string) string {
 		m := regexp.MustCompile(`<tr data-ticket="` + name + `">(.*?)</tr>`).FindStringSubmatch(dom)
 		if m == nil {
-			t.Fatalf("no row for %s in the rendered page:\n%s", name, dom)
+			return ""
 		}
 		return m[1]
 	}
-	if r := row("build-lock"); !strings.Contains(r, `<td>ci-7</td><td>42</td><td>30 s</td>`) || !strings.HasSuffix(r, `<td class="bad">revoked</td>`) {
-		t.Errorf("the revoked ticket's row: %s", r)
+	if r := row(dom, "build-lock"); !regexp.MustCompile(`^<td>build-lock</td><td>ci-7</td><td class="num">42</td><td class="num[^"]*" title="[^"]+">\d+ s</td><td class="num">30 s</td><td><span class="pill bad">revoked</span></td>`).MatchString(r) {
+		t.Errorf("the revoked ticket's row: %q\n%s", r, dom)
 	}
-	if r := row("deploy"); !strings.HasSuffix(r, `<td class="muted">-</td>`) || strings.Contains(r, "revoked") {
-		t.Errorf("the held ticket's row: %s", r)
+	if r := row(dom, "deploy"); !strings.Contains(r, `<td class="num">60 s</td><td class="muted">-</td>`) || strings.Contains(r, "revoked") {
+		t.Errorf("the held ticket's row: %q", r)
 	}
 	if strings.Contains(dom, adminTok) {
 		t.Error("the admin token is in the rendered page")
+	}
+	// The filter (seeded by ?q=) keeps the tickets whose name or holder
+	// contains it.
+	dom = render("?q=alice")
+	if row(dom, "deploy") == "" || row(dom, "build-lock") != "" || !strings.Contains(dom, `<span id="ticketcount" class="count">(1 of 2)</span>`) {
+		t.Errorf("filtered by holder alice:\n%s", dom)
+	}
+}
+
+// clusterBackend is a cluster node's answers as the page reads them:
+// its status, the cluster health (or the error it answers) and the
+// member table.
+type clusterBackend struct {
+	fakeBackend
+	status    wire.Status
+	health    wire.ClusterHealth
+	healthErr error
+	members   []wire.Member
+}
+
+func (b *clusterBackend) Status(context.Context) wire.Status { return b.status }
+func (b *clusterBackend) Members(context.Context) ([]wire.Member, error) {
+	return b.members, nil
+}
+func (b *clusterBackend) ClusterHealth(context.Context) (wire.ClusterHealth, error) {
+	return b.health, b.healthErr
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// The member table and banner from crafted answers (SPEC §3.5): a member
+// dead in gossip, or not answering, is shown so and never healthy, with
+// its clock unknown; a retired member and one removed from the Raft
+// configuration are marked so, not as clients, and a gossip-only client
+// is a client; the generation comes from the NodeId (NAME~G, 1 without);
+// without a leader the banner is red and points at the runbook. When the
+// cluster health cannot be read, no server is shown healthy (a client's
+// clock is still what gossip says).
+func TestStatusPageMemberStatesInChromium(t *testing.T) {
+	browser := chromium(t)
+	const adminTok = "admin-token-0123456789abcdef012345"
+	idx := func(v uint64) *uint64 { return ptr(v) }
+	b := &clusterBackend{
+		status: wire.Status{NodeID: "node-1", Mode: "cluster", Role: "follower", Leader: "node-2", Stage: "ready", Ready: true, DeltaMs: 500,
+			Raft:  wire.RaftStatus{Term: 7, CommitIndex: 90, AppliedIndex: 90},
+			Clock: wire.ClockStatus{Healthy: true, BoundMs: 4, BoundLimitMs: 250}},
+		health: wire.ClusterHealth{Healthy: false, FailureTolerance: 0, MaxFailureTolerance: 1, Voters: 3, HealthyVoters: 2, Leader: "node-2", ServedBy: "node-1",
+			Servers: []wire.ServerHealth{
+				{ID: "node-1", Suffrage: "voter", Gossip: "alive", Clock: "healthy", ClockBoundMs: 4, LastContactMs: ptr(int64(12)), LastIndex: idx(90), LogLag: idx(0), Healthy: true},
+				{ID: "node-2~3", Suffrage: "voter", Leader: true, Gossip: "alive", Clock: "healthy", ClockBoundMs: 5, LastContactMs: ptr(int64(0)), LastIndex: idx(90), LogLag: idx(0), Healthy: true},
+				{ID: "node-3", Suffrage: "voter", Gossip: "dead", Clock: "healthy", ClockBoundMs: 6, Why: "gossip dead"},
+				{ID: "node-4", Suffrage: "nonvoter", Gossip: "alive", Clock: "healthy", ClockBoundMs: 3, Why: "no answer over the mesh (i/o timeout)"},
+				{ID: "node-5", Suffrage: "", Gossip: "alive", Clock: "failed", Retired: true, Why: "retired"},
+			}},
+		members: []wire.Member{
+			{ID: "node-1", Suffrage: "voter", Gossip: "alive", Role: "voter", Clock: "healthy", ClockBoundMs: 4, BoundLimitMs: 250, FailureDomain: "rack-a"},
+			{ID: "node-2~3", Suffrage: "voter", Leader: true, Gossip: "alive", Role: "voter", Clock: "healthy", ClockBoundMs: 5, BoundLimitMs: 250, FailureDomain: "rack-b"},
+			{ID: "node-3", Suffrage: "voter", Gossip: "dead", Role: "voter", Clock: "healthy", ClockBoundMs: 6, BoundLimitMs: 250},
+			{ID: "node-4", Suffrage: "nonvoter", Gossip: "alive", Role: "standby", Clock: "healthy", ClockBoundMs: 3, BoundLimitMs: 250},
+			{ID: "node-5", Gossip: "alive", Role: "voter", Clock: "failed", Retired: true, BoundLimitMs: 250},
+			{ID: "node-6", Gossip: "alive", Role: "voter", Clock: "healthy", BoundLimitMs: 250},
+			{ID: "worker-1", Gossip: "alive", Role: "client", Clock: "healthy", BoundLimitMs: 250},
+		},
+	}
+	srv := httptest.NewServer(NewHandler(Options{Backend: b, AdminToken: []byte(adminTok)}))
+	defer srv.Close()
+	rowRe := regexp.MustCompile(`<tr data-node="([^"]+)" data-status="([^"]+)">(.*?)</tr>`)
+	rows := func(dom string) map[string][2]string {
+		out := map[string][2]string{}
+		for _, m := range rowRe.FindAllStringSubmatch(dom, -1) {
+			out[m[1]] = [2]string{m[2], m[3]}
+		}
+		return out
+	}
+	dom := renderPage(t, browser, srv.URL, "", adminTok)
+	got := rows(dom)
+	want := map[string]string{"node-1": "healthy", "node-2~3": "leader", "node-3": "dead", "node-4": "no answer", "node-5": "retired", "node-6": "not in Raft", "worker-1": "client"}
+	for id, status := range want {
+		if got[id][0] != status {
+			t.Errorf("%s: status %q, want %q (row %s)", id, got[id][0], status, got[id][1])
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d member rows, want %d: %v", len(got), len(want), got)
+	}
+	for id, gen := range map[string]string{"node-1": "1", "node-2~3": "3"} {
+		if !strings.Contains(got[id][1], `</td><td class="num">`+gen+`</td>`) {
+			t.Errorf("%s: generation not %s: %s", id, gen, got[id][1])
+		}
+	}
+	for _, id := range []string{"node-3", "node-4"} {
+		if r := got[id][1]; strings.Contains(r, `"pill ok"`) || !strings.Contains(r, `<span class="pill">unknown</span><span class="why">last said healthy</span>`) {
+			t.Errorf("%s (gone or silent) shows something healthy, or its clock as current: %s", id, r)
+		}
+	}
+	if !regexp.MustCompile(`<header id="banner" data-state="degraded"><div id="banner-title">Degraded: 1 voter not healthy</div><div id="banner-detail">[^<]*node-3: gossip dead`).MatchString(dom) {
+		t.Errorf("banner:\n%s", dom)
+	}
+
+	// No leader: red, with the runbook.
+	b.health.Leader, b.health.HealthyVoters = "", 1
+	dom = renderPage(t, browser, srv.URL, "", adminTok)
+	if !regexp.MustCompile(`<header id="banner" data-state="down"><div id="banner-title">No leader: nothing can be granted</div><div id="banner-detail">3 voters, 1 healthy; no quorum \(2 needed\)[^<]*</div><div id="banner-runbook" style="display: block;">Runbook: docs/operations.md, section “No leader or no quorum”</div>`).MatchString(dom) {
+		t.Errorf("banner without a leader:\n%s", dom)
+	}
+
+	// The health cannot be read: nobody is shown healthy.
+	b.healthErr = Unavailable("raft", "starting", "this node has not joined the cluster yet")
+	dom = renderPage(t, browser, srv.URL, "", adminTok)
+	got = rows(dom)
+	for id, r := range got {
+		if r[0] == "healthy" || r[0] == "leader" || (r[0] != "client" && strings.Contains(r[1], `"pill ok"`)) {
+			t.Errorf("%s shows healthy without the cluster health: %v", id, r)
+		}
+	}
+	if got["node-1"][0] != "unknown" || got["node-5"][0] != "retired" || got["worker-1"][0] != "client" {
+		t.Errorf("without health: %v", got)
+	}
+	if !strings.Contains(dom, `<header id="banner" data-state="unknown"><div id="banner-title">Cluster health unknown</div>`) {
+		t.Errorf("banner without health:\n%s", dom)
 	}
 }
