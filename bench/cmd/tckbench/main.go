@@ -88,6 +88,8 @@ type options struct {
 	h2c              bool
 	h2cCompare       bool
 	ticketdClient    string // per-request, coalesced or both
+	placement        string // 3 nodes: spread, leader or both
+	baselineRepo     string // a second ticketd built from this repository, measured beside
 	coalesce         []int  // batches in flight of the coalesced client; several: one row each
 	failover         int
 	items            itemOptions // the agent, failover and tightness sections (items.go)
@@ -120,6 +122,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	checkItems := addItemFlags(fs, &o.items)
 	fs.StringVar(&o.ticketdClient, "ticketd-client", "both", "ticketd's load client: per-request (one HTTP request per op), coalesced (concurrent ops batched, POST /v1/batch) or both (two rows per ticketd, same processes)")
 	coalesce := fs.String("coalesce", strconv.Itoa(load.DefaultCoalesce), "batches in flight of the coalesced ticketd client (comma-separated: one coalesced row per value, to tune it in one run)")
+	fs.StringVar(&o.placement, "placement", "spread", "3 nodes: where the load's clients go: spread (client i's multi-address Go client starts at node i mod 3; etcd's client balances over its endpoints), leader (every client on the leader, found at start) or both (two rows per target, same processes)")
+	fs.StringVar(&o.baselineRepo, "baseline-repo", "", "also build ticketd from this TCKCLK checkout (e.g. a worktree of main) and measure it beside, as \"ticketd ×N baseline\": before/after in one run")
 	fs.BoolVar(&o.straceAll, "strace-all", false, "with -strace: trace every syscall and count them per cycle (slower still)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -148,6 +152,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	case o.ticketdClient != "per-request" && o.ticketdClient != "coalesced" && o.ticketdClient != "both":
 		err = fmt.Errorf("-ticketd-client: %q is not per-request, coalesced or both", o.ticketdClient)
+	case o.placement != "spread" && o.placement != "leader" && o.placement != "both":
+		err = fmt.Errorf("-placement: %q is not spread, leader or both", o.placement)
 	case o.failover < 0:
 		err = errors.New("-failover must be ≥ 0")
 	case o.rounds < 1 || o.duration <= 0 || o.warmup < 0:
@@ -241,6 +247,9 @@ type measured struct {
 	CPU      cpuUse      `json:"cpu"`
 	Diag     *diag       `json:"diag,omitempty"`
 	Leader   int         `json:"leader"` // index of the leader in CPU.Procs
+	// Placement of the clients (3 nodes): spread over the nodes or all on
+	// the leader; "" for one node.
+	Placement string `json:"placement,omitempty"`
 }
 
 func bench(ctx context.Context, o options, stdout, stderr io.Writer) error {
@@ -263,6 +272,11 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	if err := e.build(); err != nil {
 		return err
 	}
+	if o.baselineRepo != "" {
+		if e.baselineBin, err = e.buildTicketd(o.baselineRepo, "baseline"); err != nil {
+			return err
+		}
+	}
 	meta := runMeta(o)
 	fmt.Fprintf(stdout, "tckbench: %s\n", meta.Machine)
 	fmt.Fprintf(stdout, "tckbench: starting servers (data in %s)\n", dir)
@@ -271,43 +285,33 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		if !o.items.on("load") && (n != 3 || o.failover == 0) {
 			continue // without the load only the kill -9 failover needs these
 		}
-		for _, sys := range []string{"etcd", "ticketd"} {
-			if (o.only != "" && o.only != sys) || (!o.items.on("load") && !o.items.failoverOf(sys)) {
+		systems := []string{"etcd", "ticketd"}
+		if o.baselineRepo != "" {
+			systems = append(systems, "baseline")
+		}
+		for _, sys := range systems {
+			kind := strings.Replace(sys, "baseline", "ticketd", 1)
+			if (o.only != "" && o.only != kind) || (!o.items.on("load") && !o.items.failoverOf(kind)) || (sys == "baseline" && !o.items.on("load")) {
 				continue
 			}
 			var s *server
 			var err error
-			if sys == "etcd" {
+			switch sys {
+			case "etcd":
 				s, err = e.startEtcd(ctx, n)
-			} else {
+			case "ticketd":
 				s, err = e.startTicketd(ctx, n, o.ticketdFlags, o.profile != "")
+			default:
+				s, err = e.startTicketdSpec(ctx, clusterSpec{n: n, extra: o.ticketdFlags, profile: o.profile != "", prefix: "baseline-", bin: e.baselineBin})
+				if s != nil {
+					s.label, s.system = s.label+" baseline", "ticketd-baseline"
+				}
 			}
 			if err != nil {
 				return withLogs(err, e)
 			}
 			fmt.Fprintf(stdout, "tckbench: %s up, leader at %s\n", s.label, s.endpoint)
-			if sys == "ticketd" && o.ticketdClient != "per-request" {
-				if o.ticketdClient == "both" {
-					servers = append(servers, s)
-				}
-				for i, n := range o.coalesce {
-					c := *s
-					c.label, c.system, c.coalesce = s.label+" coalesced", "ticketd-coalesced", n
-					if len(o.coalesce) > 1 {
-						c.label, c.system = fmt.Sprintf("%s coalesced/%d", s.label, n), fmt.Sprintf("ticketd-coalesced%d", n)
-					}
-					c.dup = o.ticketdClient == "both" || i > 0
-					servers = append(servers, &c)
-				}
-				s = servers[len(servers)-1]
-			} else {
-				servers = append(servers, s)
-			}
-			if sys == "ticketd" && o.h2cCompare {
-				h := *s
-				h.label, h.system, h.h2c = s.label+" h2c", "ticketd-h2c", true
-				servers = append(servers, &h)
-			}
+			servers = append(servers, variants(o, s)...)
 		}
 	}
 	var works []workload
@@ -347,6 +351,50 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// variants are the targets measured on s's processes: per placement of
+// the clients (3 nodes: spread over the nodes, on the leader) and, for
+// ticketd, per client mode (one request per op, coalesced/N, h2c). Only
+// the first may be a failover target (the others are marked dup).
+func variants(o options, s *server) []*server {
+	var out []*server
+	placements := []string{""}
+	if s.nodes > 1 {
+		placements = map[string][]string{"spread": {"spread"}, "leader": {"leader"}, "both": {"spread", "leader"}}[o.placement]
+	}
+	for _, pl := range placements {
+		p := *s
+		p.placement = pl
+		if pl == "leader" && o.placement == "both" {
+			p.label += " on leader"
+		}
+		var modes []*server
+		if p.system == "etcd" || o.ticketdClient != "coalesced" {
+			q := p
+			modes = append(modes, &q)
+		}
+		if p.system != "etcd" && o.ticketdClient != "per-request" {
+			for _, n := range o.coalesce {
+				c := p
+				c.label, c.system, c.coalesce = p.label+" coalesced", p.system+"-coalesced", n
+				if len(o.coalesce) > 1 {
+					c.label, c.system = fmt.Sprintf("%s coalesced/%d", p.label, n), fmt.Sprintf("%s-coalesced%d", p.system, n)
+				}
+				modes = append(modes, &c)
+			}
+		}
+		if p.system != "etcd" && o.h2cCompare {
+			h := *modes[len(modes)-1]
+			h.label, h.system, h.h2c = h.label+" h2c", p.system+"-h2c", true
+			modes = append(modes, &h)
+		}
+		out = append(out, modes...)
+	}
+	for i, v := range out {
+		v.dup = i > 0
+	}
+	return out
+}
+
 // runWorkload measures every server for w in alternating rounds and
 // pools each one's rounds.
 func runWorkload(ctx context.Context, o options, w workload, servers []*server, stdout io.Writer) ([]measured, error) {
@@ -380,7 +428,7 @@ func runWorkload(ctx context.Context, o options, w workload, servers []*server, 
 			window := func() func() {
 				endDiag := func() error { return nil }
 				if diagnose {
-					tag := fmt.Sprintf("%s-%d-%s%d-r%d", w.name, w.clients, s.system, s.nodes, round)
+					tag := fmt.Sprintf("%s-%d-%s%d%s-r%d", w.name, w.clients, s.system, s.nodes, s.placement, round)
 					endDiag = startDiag(ctx, o, s, tag, &d)
 				}
 				a, err := sampleCPU(pids)
@@ -423,7 +471,7 @@ func runWorkload(ctx context.Context, o options, w workload, servers []*server, 
 				fmt.Fprintf(stdout, "            diagnostics: %d Raft entries, %d fsyncs on the leader (%.2f entries per fsync), %d syscalls (%.1f per cycle), %d profiles\n",
 					d.Entries, d.Fsyncs, d.EntriesPerSyn, d.Syscalls, float64(d.Syscalls)/float64(max(r.Cycles, 1)), len(d.Profiles))
 			}
-			p.Workload, p.Target, p.System, p.Nodes, p.Leader = w.name, s.label, s.system, s.nodes, s.leader
+			p.Workload, p.Target, p.System, p.Nodes, p.Leader, p.Placement = w.name, s.label, s.system, s.nodes, s.leader, s.placement
 			lat[i] = append(lat[i], r.Measurement...)
 			p.Result.Seconds += r.Seconds
 			p.Result.Errors += r.Errors
@@ -448,10 +496,18 @@ func runWorkload(ctx context.Context, o options, w workload, servers []*server, 
 }
 
 func cyclerFor(ctx context.Context, s *server, w workload, names int, h2c bool) (load.Cycler, error) {
-	if s.system == "etcd" {
-		return load.NewEtcd(ctx, []string{s.endpoint}, w.clients, 30*time.Second, w.mode, names)
+	var spread []string
+	if s.placement == "spread" {
+		spread = s.addrs
 	}
-	t, err := load.NewTicketdWith(s.endpoint, w.clients, load.TicketdOptions{H2C: h2c, Coalesce: s.coalesce})
+	if s.system == "etcd" {
+		eps := []string{s.endpoint}
+		if spread != nil {
+			eps = spread
+		}
+		return load.NewEtcd(ctx, eps, w.clients, 30*time.Second, w.mode, names)
+	}
+	t, err := load.NewTicketdWith(s.endpoint, w.clients, load.TicketdOptions{H2C: h2c, Coalesce: s.coalesce, Spread: spread})
 	if err != nil {
 		return nil, err
 	}

@@ -69,6 +69,7 @@ func (p *proc) stop() {
 type env struct {
 	dir, bin, repo string
 	etcd           string
+	baselineBin    string // -baseline-repo's ticketd
 	procs          []*proc
 }
 
@@ -139,6 +140,18 @@ func (e *env) build() error {
 	return nil
 }
 
+// buildTicketd compiles ticketd from repo into the run's bin/NAME/ and
+// returns the binary's path.
+func (e *env) buildTicketd(repo, name string) (string, error) {
+	dir := filepath.Join(e.bin, name)
+	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/ticketd")
+	cmd.Dir = repo
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build in %s: %v\n%s", repo, err, out)
+	}
+	return filepath.Join(dir, "ticketd"), nil
+}
+
 // server is one system under test: its processes and the endpoint the
 // load goes to (the leader's).
 type server struct {
@@ -151,6 +164,7 @@ type server struct {
 	pprof      []string // ticketd with -profile: each node's pprof HOST:PORT
 	h2c        bool     // its clients speak h2c (-h2c-compare)
 	coalesce   int      // ticketd: batches in flight of its coalescing client (0: one request per op)
+	placement  string   // 3 nodes: "spread" (clients over every node) or "leader"; "" one node
 	dup        bool     // a second client mode on another target's processes (no failover)
 	addrs      []string // every node's endpoint, in procs order
 	adminToken string   // ticketd cluster: for the members list
@@ -257,10 +271,16 @@ type clusterSpec struct {
 	// later with startSpare (the scale section's new node); with spares
 	// the first n bootstrap expecting n.
 	spare int
+	// bin is the ticketd binary ("": the one built from -repo).
+	bin string
 }
 
 func (e *env) startTicketdSpec(ctx context.Context, spec clusterSpec) (*server, error) {
 	n, extra, profile := spec.n, spec.extra, spec.profile
+	bin := spec.bin
+	if bin == "" {
+		bin = filepath.Join(e.bin, "ticketd")
+	}
 	s := &server{label: fmt.Sprintf("ticketd ×%d", n), system: "ticketd", nodes: n}
 	nodeFlags := func(i int) ([]string, error) {
 		if !profile {
@@ -285,8 +305,8 @@ func (e *env) startTicketdSpec(ctx context.Context, spec clusterSpec) (*server, 
 		if err != nil {
 			return nil, err
 		}
-		args := append([]string{"--data-dir", filepath.Join(e.dir, "ticketd1"), "--http", u, "--log.level", "warn"}, more...)
-		p, err := e.start("ticketd1", nil, filepath.Join(e.bin, "ticketd"), args...)
+		args := append([]string{"--data-dir", filepath.Join(e.dir, spec.prefix+"ticketd1"), "--http", u, "--log.level", "warn"}, more...)
+		p, err := e.start(spec.prefix+"ticketd1", nil, bin, args...)
 		if err != nil {
 			return nil, err
 		}
@@ -347,7 +367,7 @@ func (e *env) startTicketdSpec(ctx context.Context, spec clusterSpec) (*server, 
 				}
 				more = append(more, "--clock.agent_addr", a)
 			}
-			p, err := e.start(spec.prefix+"ticketd3-"+name, nil, filepath.Join(e.bin, "ticketd"), append(args, more...)...)
+			p, err := e.start(spec.prefix+"ticketd3-"+name, nil, bin, append(args, more...)...)
 			if err != nil {
 				return nil, err
 			}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,9 @@ var ErrBusy = errors.New("load: lock held by another client")
 type Ticketd struct {
 	C  *client.Client
 	tr *http.Transport
+	// spread: client i's own multi-address client (TicketdOptions.Spread);
+	// empty: every client uses C.
+	spread []*client.Client
 }
 
 // NewTicketd makes a client for url with a connection pool sized for
@@ -66,6 +70,14 @@ type TicketdOptions struct {
 	// as POST /v1/batch requests, at most Coalesce in flight, as etcd's
 	// clients share one gRPC connection. 0: one HTTP request per op.
 	Coalesce int
+	// Spread, when set, is every node's URL: client i gets a multi-address
+	// Go client of its own (client.New with every URL, as a deployment's
+	// clients are configured) whose list starts at node i mod len(Spread),
+	// so the load arrives at every node, as from clients spread over a
+	// cluster; where it goes next is the Go client's own choice (SPEC
+	// §4.1). With Coalesce the one shared client lists every node from the
+	// first. The url argument is then ignored.
+	Spread []string
 }
 
 // NewTicketdWith is NewTicketd with options.
@@ -81,21 +93,44 @@ func NewTicketdWith(url string, clients int, o TicketdOptions) (*Ticketd, error)
 	if o.Coalesce > 0 {
 		opts = append(opts, client.WithCoalescing(o.Coalesce))
 	}
+	if len(o.Spread) > 0 {
+		url = strings.Join(o.Spread, ",")
+	}
 	c, err := client.New(url, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &Ticketd{C: c, tr: tr}, nil
+	t := &Ticketd{C: c, tr: tr}
+	if len(o.Spread) > 0 && o.Coalesce == 0 {
+		for i := range clients {
+			k := i % len(o.Spread)
+			ci, err := client.New(strings.Join(append(slices.Clone(o.Spread[k:]), o.Spread[:k]...), ","), opts...)
+			if err != nil {
+				return nil, err
+			}
+			t.spread = append(t.spread, ci)
+		}
+	}
+	return t, nil
+}
+
+// Client is client i's Go client.
+func (t *Ticketd) Client(i int) *client.Client {
+	if i < len(t.spread) {
+		return t.spread[i]
+	}
+	return t.C
 }
 
 // Cycle grants and releases client i's own ticket.
 func (t *Ticketd) Cycle(ctx context.Context, i int) error {
 	name, holder := fmt.Sprintf("bench-c%03d", i), fmt.Sprintf("client-%03d", i)
-	l, err := t.C.Grant(ctx, name, holder, 30)
+	c := t.Client(i)
+	l, err := c.Grant(ctx, name, holder, 30)
 	if err != nil {
 		return err
 	}
-	_, err = t.C.Release(ctx, name, holder, l.Token)
+	_, err = c.Release(ctx, name, holder, l.Token)
 	return err
 }
 
@@ -128,11 +163,12 @@ type TicketdHandoff struct{ *Ticketd }
 // Cycle acquires (waiting) and releases the hand-off ticket.
 func (t TicketdHandoff) Cycle(ctx context.Context, i int) error {
 	holder := fmt.Sprintf("client-%03d", i)
-	l, err := t.C.Acquire(ctx, HandoffName, holder, 30)
+	c := t.Client(i)
+	l, err := c.Acquire(ctx, HandoffName, holder, 30)
 	if err != nil {
 		return err
 	}
-	_, err = t.C.Release(ctx, HandoffName, holder, l.Token)
+	_, err = c.Release(ctx, HandoffName, holder, l.Token)
 	return err
 }
 
@@ -146,14 +182,15 @@ type TicketdContended struct {
 // Cycle tries the shared ticket once.
 func (t TicketdContended) Cycle(ctx context.Context, i int) error {
 	name, holder := fmt.Sprintf("bench-shared-%d", i%t.Names), fmt.Sprintf("client-%03d", i)
-	l, err := t.C.TryGrant(ctx, name, holder, 30)
+	c := t.Client(i)
+	l, err := c.TryGrant(ctx, name, holder, 30)
 	if errors.Is(err, client.ErrHeld) {
 		return ErrBusy
 	}
 	if err != nil {
 		return err
 	}
-	_, err = t.C.Release(ctx, name, holder, l.Token)
+	_, err = c.Release(ctx, name, holder, l.Token)
 	return err
 }
 
@@ -177,7 +214,9 @@ type Etcd struct {
 	mode     Mode
 }
 
-// NewEtcd opens one session per client on endpoints. Independent: each
+// NewEtcd opens one session per client on endpoints (with several, etcd's
+// client balances its requests over them round-robin, so followers serve
+// and forward their share). Independent: each
 // client's mutex on its own prefix; Handoff: all on one; Contended:
 // client i on prefix i mod names.
 func NewEtcd(ctx context.Context, endpoints []string, clients int, wait time.Duration, mode Mode, names int) (*Etcd, error) {
