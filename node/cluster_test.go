@@ -11,6 +11,7 @@ import (
 	"log"
 	"log/slog"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,8 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/internal/clustertest/faultnet"
 	"github.com/tckclk/tckclk/internal/config"
+	"github.com/tckclk/tckclk/node/api/client"
+	"github.com/tckclk/tckclk/node/api/wire"
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/cluster/mesh"
 	"github.com/tckclk/tckclk/node/consensus"
@@ -266,6 +269,63 @@ func TestClusterThreeNodesForm(t *testing.T) {
 	if err != nil || len(list.Tickets) != 1 {
 		t.Fatalf("list through a follower: %+v, %v", list, err)
 	}
+	// The follower's answers name the leader it forwarded to; the
+	// leader's name none (wire.LeaderHeader).
+	for _, at := range []struct {
+		cm   *clusterMember
+		want string
+	}{{follower, leader}, {lc, ""}} {
+		resp, err := http.Post(at.cm.tn.url+"/v1/tickets/hint/grant", "application/json", strings.NewReader(`{"holder":"h","lease_s":5}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.Header.Get(wire.LeaderHeader); resp.StatusCode != http.StatusOK || got != at.want {
+			t.Errorf("grant at %s: %d, %s %q, want 200 and %q", at.cm.tn.url, resp.StatusCode, wire.LeaderHeader, got, at.want)
+		}
+	}
+	// So a client listing the follower first settles on the leader after
+	// one forwarded op (SPEC §4.1: the address that served it).
+	mc, err := client.New(follower.tn.url+","+lc.tn.url, client.WithFailover(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := [2]int{grantsAnswered(t, follower.tn.url), grantsAnswered(t, lc.tn.url)}
+	for range 4 {
+		if _, err := mc.Grant(bg, "hint", "h", 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f, l := grantsAnswered(t, follower.tn.url)-before[0], grantsAnswered(t, lc.tn.url)-before[1]; f != 1 || l != 3 {
+		t.Errorf("4 grants by a client listing the follower first: the follower answered %d, the leader %d; want 1 and 3", f, l)
+	}
+}
+
+// grantsAnswered is the grants a node's API answered (its /metrics'
+// ticket_ops_total{op="grant"} summed over results).
+func grantsAnswered(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0
+	for l := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, `ticket_ops_total{op="grant",`); ok {
+			_, v, _ := strings.Cut(rest, "} ")
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("/metrics line %q: %v", l, err)
+			}
+			sum += n
+		}
+	}
+	return sum
 }
 
 // SPEC §5 "Bootstrap": two nodes that each expect three see each other in

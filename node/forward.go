@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/cluster/forward"
 	"github.com/tckclk/tckclk/node/cluster/mesh"
@@ -95,6 +96,30 @@ func (f *forwarder) route() (*forward.Client, bool) {
 		_ = old.Close()
 	}
 	return c, true
+}
+
+// forwardsTo is the leader a ticket op arriving now would be forwarded
+// to, "" when this node would serve it itself or cannot forward.
+func (f *forwarder) forwardsTo() string {
+	if r := f.cl.n.raft(); r != nil && r.State() == raft.Leader {
+		return "" // the common case, kept cheap: a leader serves its own
+	}
+	if _, ok := f.route(); !ok {
+		return ""
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.leader
+}
+
+// ForwardsTo (api.LeaderHinter): in cluster mode on a node that forwards
+// ticket ops, the leader's NodeId; the API names it in wire.LeaderHeader
+// so that a client with several addresses can go to the leader itself.
+func (n *Node) ForwardsTo() string {
+	if n.cl == nil {
+		return ""
+	}
+	return n.cl.fwd.forwardsTo()
 }
 
 // forwarded is the forward.Handler: this node's own local operations. A

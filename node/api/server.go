@@ -96,6 +96,14 @@ type HealthReporter interface {
 	ClusterHealth(ctx context.Context) (wire.ClusterHealth, error)
 }
 
+// LeaderHinter is an optional Backend behaviour: ForwardsTo is the
+// leader's NodeId when ticket ops arriving now are forwarded to it, ""
+// when this node serves them itself (or cannot forward). The answers to
+// ticket ops and batches carry it in wire.LeaderHeader.
+type LeaderHinter interface {
+	ForwardsTo() string
+}
+
 // Options configure the handler.
 type Options struct {
 	Backend  Backend
@@ -323,6 +331,14 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, name st
 		}
 	} else if r.ContentLength > 0 {
 		return s.fail(w, badRequest("%s %s takes no body", r.Method, r.URL.Path))
+	}
+	switch rt {
+	case rGet, rList, rGrant, rRenew, rRelease, rRevoke, rBatch:
+		if lh, ok := s.b.(LeaderHinter); ok {
+			if id := lh.ForwardsTo(); id != "" {
+				w.Header().Set(wire.LeaderHeader, id)
+			}
+		}
 	}
 	switch rt {
 	case rStatus:

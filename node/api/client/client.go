@@ -54,8 +54,12 @@ var defaultTransport = func() *http.Transport {
 
 // Client talks to one ticketd, or to the nodes of a cluster.
 type Client struct {
-	addrs    []string // "scheme://host:port", in the order given
-	pref     atomic.Int64
+	addrs []string // "scheme://host:port", in the order given
+	pref  atomic.Int64
+	// via[i]: the leader address i last said it forwards ticket ops to
+	// (wire.LeaderHeader), nil when it served them itself; read by
+	// answeredBy to find the leader's address.
+	via      []atomic.Pointer[string]
 	failover time.Duration
 	hc       *http.Client
 	token    string
@@ -94,7 +98,7 @@ func New(addr string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{addrs: addrs, failover: DefaultFailover, hc: &http.Client{Transport: defaultTransport, Timeout: 30 * time.Second}, now: time.Now}
+	c := &Client{addrs: addrs, via: make([]atomic.Pointer[string], len(addrs)), failover: DefaultFailover, hc: &http.Client{Transport: defaultTransport, Timeout: 30 * time.Second}, now: time.Now}
 	for _, o := range opts {
 		o(c)
 	}

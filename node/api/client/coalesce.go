@@ -218,7 +218,7 @@ func (q *coalescer) send(batch []*queued) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
 	at := q.c.preferred()
-	raw, _, err, sent := q.c.attempt(ctx, q.c.hc, q.c.addrs[at], http.MethodPost, "/v1/batch", mustJSON(req), false)
+	raw, h, err, sent := q.c.attempt(ctx, q.c.hc, q.c.addrs[at], http.MethodPost, "/v1/batch", mustJSON(req), false)
 	var resp wire.BatchResponse
 	switch e, ok := err.(*Error); {
 	case ok && (e.StatusCode == http.StatusNotFound || e.StatusCode == http.StatusMethodNotAllowed):
@@ -237,7 +237,7 @@ func (q *coalescer) send(batch []*queued) {
 		}
 		return
 	case err == nil:
-		q.c.worked(at)
+		q.c.answeredBy(at, h)
 		if uerr := json.Unmarshal(raw, &resp); uerr != nil {
 			err = fmt.Errorf("client: POST /v1/batch: decoding the answer: %w", uerr)
 		} else if len(resp.Results) != len(batch) {

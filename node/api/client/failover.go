@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/tckclk/tckclk/node/api/wire"
 )
 
 // Several addresses (SPEC §4.1). A client made with a list of addresses
@@ -148,6 +150,42 @@ func (c *Client) preferred() int { return int(c.pref.Load()) % len(c.addrs) }
 // worked makes address i the preferred one.
 func (c *Client) worked(i int) { c.pref.Store(int64(i)) }
 
+// answeredBy records that address i answered with header h: it becomes
+// the preferred one, unless its answer says it forwarded the op to a
+// leader (wire.LeaderHeader). Then the preference moves on to the next
+// address not known to forward to that same leader — the leader itself
+// answers without the header and keeps the preference — so a client
+// with several addresses settles on the leader's within a few calls and
+// saves every later op the forwarding hop. When every address is known
+// to forward to that leader (the leader's own address is not in the
+// list) the preference stays.
+func (c *Client) answeredBy(i int, h http.Header) {
+	n := len(c.addrs)
+	leader := ""
+	if n > 1 && h != nil {
+		leader = h.Get(wire.LeaderHeader)
+	}
+	if leader == "" {
+		if n > 1 {
+			c.via[i].Store(nil)
+		}
+		c.worked(i)
+		return
+	}
+	if p := c.via[i].Load(); p == nil || *p != leader {
+		c.via[i].Store(&leader)
+	}
+	for k := 1; k < n; k++ {
+		j := (i + k) % n
+		if p := c.via[j].Load(); p == nil || *p != leader {
+			// Unless another call has moved the preference already.
+			c.pref.CompareAndSwap(int64(i), int64(j))
+			return
+		}
+	}
+	c.worked(i)
+}
+
 // failed moves the preference past address i, unless another call has
 // already moved it.
 func (c *Client) failed(i int) { c.pref.CompareAndSwap(int64(i), int64((i+1)%len(c.addrs))) }
@@ -179,7 +217,7 @@ func (c *Client) send(ctx context.Context, cl *call) reply {
 				v = answered
 			}
 			if v == answered {
-				c.worked(i)
+				c.answeredBy(i, h)
 				return reply{raw: raw, h: h, err: err, uncertain: uncertain}
 			}
 			c.failed(i)

@@ -244,6 +244,14 @@ type AgentStatus struct {
 // MaxBatchOps is the most ops one POST /v1/batch may carry.
 const MaxBatchOps = 256
 
+// LeaderHeader, on an answer to a ticket op or a batch, names the leader
+// (its NodeId) that the answering node forwards such requests to: the
+// answer is good, and the same request sent to the leader's own address
+// would save the forwarding hop. Absent when the node served it itself.
+// A hint taken as the request arrived, never an instruction: the Go
+// client's multi-address mode uses it to move to another address.
+const LeaderHeader = "X-Ticket-Leader"
+
 // BatchRequest is the body of POST /v1/batch: grant, renew and release ops
 // that the server runs concurrently, each exactly as its single endpoint.
 type BatchRequest struct {
