@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -50,6 +51,9 @@ func (n *Net) Conn(from, to string, c net.Conn) net.Conn {
 	w := &conn{Conn: c, n: n, closed: make(chan struct{}), dl: make(chan struct{})}
 	w.out = line{n: n, from: from, to: to, signal: make(chan struct{})}
 	w.in = line{n: n, from: to, to: from, signal: make(chan struct{})}
+	n.mu.Lock()
+	n.conns[w] = struct{}{}
+	n.mu.Unlock()
 	w.pumps.Add(2)
 	go w.writePump()
 	go w.readPump()
@@ -119,6 +123,17 @@ func (l *line) push(b []byte, stop <-chan struct{}, deadline func() (time.Time, 
 			return err
 		}
 	}
+}
+
+// abort ends the line with err at once, dropping what is queued.
+func (l *line) abort(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.q, l.size = nil, 0
+	if l.err == nil {
+		l.err = err
+	}
+	l.notifyLocked()
 }
 
 // fail ends the line with err (after what is queued).
@@ -312,9 +327,21 @@ func (c *conn) readPump() {
 	}
 }
 
+// reset is Net.Reset on c: both lines end with ECONNRESET, their bytes
+// dropped, and the socket closes (the pumps end; Close still waits for them).
+func (c *conn) reset() {
+	err := &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+	c.in.abort(err)
+	c.out.abort(err)
+	c.Conn.Close()
+}
+
 // Close ends both directions: queued writes are flushed (see Conn), the
 // socket is closed and both pumps have ended when it returns.
 func (c *conn) Close() error {
+	c.n.mu.Lock()
+	delete(c.n.conns, c)
+	c.n.mu.Unlock()
 	first := false
 	c.closeOnce.Do(func() {
 		first = true

@@ -14,6 +14,7 @@
 //	fn.Cut("n1", "n2")                              // n1 → n2 only
 //	fn.Set("n1", "n3", faultnet.Rule{Delay: 20 * time.Millisecond, Jitter: 5 * time.Millisecond})
 //	fn.Isolate("n1")                                // both ways, every other registered node
+//	fn.Reset("n1", "n2")                            // end their live streams as a crash's resets do
 //	fn.HealAll()
 //
 // Use one Net for the mesh and another for the gossip to fault one
@@ -45,6 +46,12 @@
 //   - Drop: the probability a gossip packet is dropped, drawn from the
 //     link's RNG. Streams are reliable (TCP retransmits), so Drop does not
 //     touch them; use Cut or Delay there.
+//
+// Reset is not a rule but an event: every live stream between the two
+// nodes ends at once as the kernel ends a dead process's connections (the
+// wrapped end reads ECONNRESET, the other EOF, held bytes are lost). With
+// Isolate first it stands for a crashed node whose peers see the resets;
+// alone, for a connection that broke while both ends live.
 //
 // A wrapped stream owns two goroutines (one per direction) that end when
 // it is closed; Close flushes the bytes still queued for writing (each when

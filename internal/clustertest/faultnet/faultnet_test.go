@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -106,6 +107,52 @@ func TestCutHoldsReadsPastDeadlineWithoutLoss(t *testing.T) {
 	}
 	if _, err := io.ReadFull(a, buf); err != nil || string(buf) != "data" {
 		t.Fatalf("after healing: %q %v", buf, err)
+	}
+}
+
+// Reset ends the streams between two nodes as a dying process's kernel
+// does: the wrapped end reads and writes ECONNRESET, the other end reads
+// EOF, bytes held by a cut are lost; streams between other nodes and
+// the rules stay.
+func TestResetEndsStreams(t *testing.T) {
+	n := New(1)
+	a, b := pipe(t, n)
+	x, y := net.Pipe()
+	other := n.Conn("a", "c", x)
+	t.Cleanup(func() { other.Close(); y.Close() })
+	n.Cut("a", "b")
+	if _, err := a.Write([]byte("held")); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Reset("b", "a"); got != 1 {
+		t.Fatalf("Reset ended %d streams, want 1", got)
+	}
+	if _, err := a.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the wrapped end reads %v, want ECONNRESET", err)
+	}
+	if _, err := a.Write([]byte("x")); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the wrapped end writes %v, want ECONNRESET", err)
+	}
+	if k, err := b.Read(make([]byte, 4)); k != 0 || !errors.Is(err, io.EOF) {
+		t.Fatalf("the other end reads %d bytes, %v; want EOF and nothing held", k, err)
+	}
+	if !n.Rule("a", "b").Cut {
+		t.Fatal("Reset healed the cut")
+	}
+	back := readAsync(y, 2)
+	if _, err := other.Write([]byte("ok")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-back:
+		if string(m) != "ok" {
+			t.Fatalf("a → c delivered %q", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a stream between other nodes was reset")
+	}
+	if got := n.Reset("a", "b"); got != 0 {
+		t.Fatalf("a second Reset ended %d streams", got)
 	}
 }
 

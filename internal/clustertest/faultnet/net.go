@@ -34,14 +34,15 @@ type Net struct {
 	names   map[string]string // address → node name
 	rules   map[link]Rule
 	rngs    map[rngKey]*rand.Rand
-	changed chan struct{} // closed and replaced whenever a rule changes
+	changed chan struct{}      // closed and replaced whenever a rule changes
+	conns   map[*conn]struct{} // the live wrapped streams (Reset)
 }
 
 // New returns a Net with no rules whose links draw drops and jitter from
 // RNGs seeded by seed.
 func New(seed int64) *Net {
 	return &Net{seed: seed, names: map[string]string{}, rules: map[link]Rule{},
-		rngs: map[rngKey]*rand.Rand{}, changed: make(chan struct{})}
+		rngs: map[rngKey]*rand.Rand{}, changed: make(chan struct{}), conns: map[*conn]struct{}{}}
 }
 
 // Register names the node listening on addr (host:port, as peers dial or
@@ -149,6 +150,27 @@ func (n *Net) Isolate(name string) {
 		}
 	}
 	n.notifyLocked()
+}
+
+// Reset ends every live stream between a and b (either direction) as a
+// TCP reset does when a process dies: what is queued either way is lost,
+// the wrapped end reads and writes ECONNRESET, the other end reads EOF.
+// Rules are unchanged: a new stream may be dialed at once unless the link
+// is cut. It returns how many streams it ended.
+func (n *Net) Reset(a, b string) int {
+	n.mu.Lock()
+	var hit []*conn
+	for c := range n.conns {
+		if c.out.from == a && c.out.to == b || c.out.from == b && c.out.to == a {
+			hit = append(hit, c)
+			delete(n.conns, c)
+		}
+	}
+	n.mu.Unlock()
+	for _, c := range hit {
+		c.reset()
+	}
+	return len(hit)
 }
 
 // Heal removes every rule on from → to (cut, delay and drop).

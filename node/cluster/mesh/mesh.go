@@ -73,6 +73,13 @@ type Config struct {
 	Registerer       prometheus.Registerer // optional
 	Now              func() time.Time      // handshake deadlines; nil = time.Now
 	Rand             io.Reader             // nonces; nil = crypto/rand.Reader
+	// SessionEnded, if set, is called once per session that was the one in
+	// use for its peer when it ended, after it is forgotten. peerGone: the
+	// connection ended from the peer's side — EOF or reset, what the
+	// kernel does to every connection of a process that exits or crashes —
+	// as opposed to a close by this node, a refused record, or a keepalive
+	// timeout. It runs on the session's goroutine and must not block.
+	SessionEnded func(peerID string, peerGone bool)
 
 	listen func(network, addr string) (net.Listener, error) // tests: nil = net.Listen
 	// unsealed skips the record layer: only for the baseline of the

@@ -3,10 +3,14 @@ package mesh
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/yamux"
 )
 
 // SPEC §5 Mesh: the handshake succeeds both ways, streams carry bytes,
@@ -279,5 +283,69 @@ func TestListenConfig(t *testing.T) {
 	m := start(t, cfg)
 	if host, _, _ := net.SplitHostPort(m.Addr()); host != "127.0.0.1" {
 		t.Fatalf("Addr %s", m.Addr())
+	}
+}
+
+// sessionEnds records Config.SessionEnded calls.
+type sessionEnds struct {
+	mu   sync.Mutex
+	seen []string // "peer gone=true"
+}
+
+func (e *sessionEnds) hook(peer string, gone bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.seen = append(e.seen, fmt.Sprintf("%s gone=%v", peer, gone))
+}
+
+func (e *sessionEnds) list() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.seen)
+}
+
+// SPEC §5 "Crash failover": a session whose connection the peer ended —
+// its mesh closed (EOF) or its socket reset (a process that died) — is
+// reported as the peer gone; the end this node caused itself is reported
+// as not gone.
+func TestSessionEndedPeerGone(t *testing.T) {
+	t.Run("peer closes", func(t *testing.T) {
+		trust := newKeyMap("node-a", "node-b")
+		var ea, eb sessionEnds
+		ca, cb := testConfig(t, "node-a", trust), testConfig(t, "node-b", trust)
+		ca.SessionEnded, cb.SessionEnded = ea.hook, eb.hook
+		a, b := start(t, ca), start(t, cb)
+		echo(t, dial(t, a, b, "node-b", ClassRaft), accept(t, b.Listener(ClassRaft)))
+		b.Close()
+		eventually(t, "a sees node-b gone", func() bool { return slices.Equal(ea.list(), []string{"node-b gone=true"}) })
+		eventually(t, "b reports its own close", func() bool { return slices.Equal(eb.list(), []string{"node-a gone=false"}) })
+	})
+	t.Run("reset", func(t *testing.T) {
+		trust := newKeyMap("node-a", "node-b")
+		var ea, eb sessionEnds
+		ca, cb := testConfig(t, "node-a", trust), testConfig(t, "node-b", trust)
+		ca.SessionEnded, cb.SessionEnded = ea.hook, eb.hook
+		raw := make(chan *net.TCPConn, 1)
+		ca.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err == nil {
+				raw <- c.(*net.TCPConn)
+			}
+			return c, err
+		}
+		a, b := start(t, ca), start(t, cb)
+		echo(t, dial(t, a, b, "node-b", ClassRaft), accept(t, b.Listener(ClassRaft)))
+		c := <-raw
+		if err := c.SetLinger(0); err != nil { // Close sends a reset
+			t.Fatal(err)
+		}
+		c.Close()
+		eventually(t, "b sees node-a gone", func() bool { return slices.Equal(eb.list(), []string{"node-a gone=true"}) })
+		eventually(t, "a reports its own close", func() bool { return slices.Equal(ea.list(), []string{"node-b gone=false"}) })
+	})
+	for _, err := range []error{yamux.ErrSessionShutdown, yamux.ErrKeepAliveTimeout, ErrRecord, net.ErrClosed} {
+		if peerGone(err) {
+			t.Errorf("peerGone(%v) = true", err)
+		}
 	}
 }

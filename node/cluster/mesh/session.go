@@ -395,9 +395,11 @@ func (m *Mesh) alive(s *session) bool {
 // forgets the session.
 func (m *Mesh) serveSession(s *session) {
 	defer m.wg.Done()
+	var end error
 	for {
 		st, err := s.ys.AcceptStream()
 		if err != nil {
+			end = err
 			break
 		}
 		if !m.spawn(func() { m.serveStream(s, st) }) {
@@ -407,12 +409,25 @@ func (m *Mesh) serveSession(s *session) {
 	s.ys.Close()
 	m.mu.Lock()
 	delete(m.all, s)
-	if m.peers[s.peer] == s {
+	inUse := m.peers[s.peer] == s
+	if inUse {
 		delete(m.peers, s.peer)
 	}
 	m.met.sessions.Set(float64(len(m.peers)))
 	m.mu.Unlock()
-	m.log.Info("mesh: session closed", "peer_id", s.peer, "session", s.id)
+	gone := peerGone(end)
+	m.log.Info("mesh: session closed", "peer_id", s.peer, "session", s.id, "peer_gone", gone)
+	if inUse && m.cfg.SessionEnded != nil {
+		m.cfg.SessionEnded(s.peer, gone)
+	}
+}
+
+// peerGone: a session ended with err because its connection ended from the
+// peer's side (EOF, possibly mid-record, a reset, or a write into a closed
+// connection), not because this node closed it (yamux.ErrSessionShutdown),
+// refused a record or timed out.
+func peerGone(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // serveStream reads an inbound stream's class byte and hands the stream to
