@@ -69,7 +69,8 @@ type clusterNode struct {
 
 	clientLeader, clientLeaderAddr string // a gossip-only client's leader (discoverLeader)
 
-	life lifecycle // clock-failure lifecycle (cluster_failed.go)
+	life  lifecycle   // clock-failure lifecycle (cluster_failed.go)
+	crash *crashWatch // crash failover (crashfailover.go)
 
 	// keepGossip: this node stops as a voter of the configuration (set by
 	// noteStop before Raft closes): it ends its gossip without a leave
@@ -163,6 +164,7 @@ func (n *Node) loadCluster() (*clusterNode, error) {
 	}
 	cl := &clusterNode{n: n, log: n.log.With("component", "cluster"), key: k.key, trust: k.trust, secret: k.secret, tls: k.tls}
 	cl.fwd.cl = cl
+	cl.crash = newCrashWatch(n.cfg.Cluster.Raft.CrashDetectMs, cl.log, n.reg)
 	cl.initLifecycle()
 	return cl, nil
 }
@@ -175,6 +177,7 @@ func (cl *clusterNode) listenMesh(h *clusterHooks) error {
 		NodeID: cfg.Cluster.Name, Key: cl.key, GossipSecret: cl.secret, Trust: cl.trust, Advertised: &cl.adv,
 		TLS: tlsConf, BindAddr: cfg.Cluster.Membership.BindAddr, BindPort: cfg.Cluster.Internode.BindPort,
 		Logger: cl.n.log.With("component", "mesh"), Registerer: cl.n.reg, // socket deadlines: real time
+		SessionEnded: cl.crash.sessionEnded,
 	}
 	if h != nil && h.mesh != nil {
 		h.mesh(&mc)
@@ -208,6 +211,7 @@ func (cl *clusterNode) openConsensus(h *clusterHooks) (*consensus.Raft, error) {
 	if h != nil && h.timing != nil {
 		timing = *h.timing
 	}
+	timing = cl.crash.timing(timing)
 	cons, err := consensus.Open(consensus.Options{
 		Dir: n.dir, FSM: n.fsm, LocalID: n.cfg.Cluster.Name, Transport: cl.tr,
 		Timing:            timing,
@@ -353,6 +357,7 @@ func (cl *clusterNode) run(ctx context.Context, cons *consensus.Raft) {
 	rctx, stopRefresh := context.WithCancel(ctx)
 	defer stopRefresh() // before wg.Wait (deferred earlier)
 	wg.Go(func() { cl.refreshLoop(rctx, newTicker) })
+	wg.Go(func() { cl.crash.run(rctx, cons) })
 
 	// The stability window runs on a real timer: it restarts whenever the
 	// candidate voter set changes, and bootstrap happens when it fires on

@@ -57,6 +57,8 @@ type testCluster struct {
 	logTo io.Writer
 	// edit, if set, edits every node's config before startWith's own edit.
 	edit func(*Config)
+	// timing, if set, is every node's Raft timing (before slow's).
+	timing *consensus.Timing
 }
 
 type clusterMember struct {
@@ -101,6 +103,9 @@ func (tc *testCluster) startWith(name, join string, expect int, edit func(*Confi
 		c.Cluster.Internode.TrustedPeerKeys = tc.trust
 		c.Cluster.Raft.BootstrapExpect = expect
 		c.Cluster.Raft.ReconcileDebounce = 100 * time.Millisecond
+		if tc.slow {
+			c.Cluster.Raft.CrashDetectMs = 4 * DefaultCrashDetectMs // the slow timings' scale
+		}
 		if tc.edit != nil {
 			tc.edit(c)
 		}
@@ -193,6 +198,9 @@ func (tc *testCluster) gossipTransport(name string, c *membership.Config, gl *gu
 
 // raftTiming is the nodes' Raft timeouts (nil: the production ones).
 func (tc *testCluster) raftTiming() *consensus.Timing {
+	if tc.timing != nil {
+		return tc.timing
+	}
 	if !tc.slow {
 		return nil
 	}

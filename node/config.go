@@ -40,6 +40,10 @@ const (
 	// blocking reads per node (each holds an API connection).
 	DefaultMaxWaiters  = 256
 	DefaultMaxWatchers = 256
+	// DefaultCrashDetectMs is cluster.raft.crash_detect_ms (SPEC §5
+	// "Crash failover"); minCrashDetectMs its least value but 0 (off).
+	DefaultCrashDetectMs = 100
+	minCrashDetectMs     = 10
 )
 
 // Config is ticketd.yaml (SPEC §6, §8). The cluster keys keep the seed's
@@ -115,6 +119,10 @@ type RaftConfig struct {
 	// an existing dir holds, else wal), wal or bolt (node/consensus
 	// logstore.go; docs/data-dir.md).
 	LogStore string `yaml:"log_store"`
+	// CrashDetectMs is the heartbeat timeout of a follower whose mesh
+	// session to its leader ended from the leader's side, until a leader
+	// is known again (SPEC §5 "Crash failover"; crashfailover.go); 0 off.
+	CrashDetectMs uint64 `yaml:"crash_detect_ms"`
 }
 
 // APIConfig is the `api:` section (SPEC §4.1).
@@ -209,6 +217,7 @@ func DefaultConfig() Config {
 				SnapshotInterval:  30 * time.Second,
 				TrailingLogs:      10240,
 				LogStore:          consensus.LogStoreAuto,
+				CrashDetectMs:     DefaultCrashDetectMs,
 			},
 			Liveness: DefaultLivenessConfig(),
 		},
@@ -291,6 +300,9 @@ func (c *Config) Validate() error {
 	}
 	if !slices.Contains(consensus.LogStores, r.LogStore) {
 		return config.Errorf("cluster.raft.log_store", "%q is not one of %s", r.LogStore, strings.Join(consensus.LogStores, ", "))
+	}
+	if hb := consensus.ClusterTiming().Heartbeat; r.CrashDetectMs != 0 && (r.CrashDetectMs < minCrashDetectMs || r.CrashDetectMs >= uint64(hb.Milliseconds())) {
+		return config.Errorf("cluster.raft.crash_detect_ms", "%d is outside %d..%d (below the heartbeat timeout, %v); 0 turns crash failover off", r.CrashDetectMs, minCrashDetectMs, hb.Milliseconds()-1, hb)
 	}
 	if r.ReconcileDebounce < 0 {
 		return config.Errorf("cluster.raft.reconcile_debounce", "%v is negative", r.ReconcileDebounce)

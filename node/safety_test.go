@@ -320,8 +320,11 @@ func (r *safetyRig) healNets() {
 // leader off (mesh and gossip); delay slows one of the leader's links;
 // oneway makes the leader deaf (its peers' bytes to it held, its own
 // still delivered); bridge cuts the leader from one follower only, the
-// third node still reaching both.
-var safetyFaults = []string{"leader_transfer", "partition", "delay", "oneway", "bridge"}
+// third node still reaching both; reset breaks every mesh stream of the
+// leader while it lives (they reconnect); crash isolates the leader and
+// resets its streams, as its peers see a crashed process (SPEC §5
+// "Crash failover": they elect at once while it still runs, isolated).
+var safetyFaults = []string{"leader_transfer", "partition", "delay", "oneway", "bridge", "reset", "crash"}
 
 // faultMix is the run's enabled fault kinds.
 func faultMix(t *testing.T) map[string]bool {
@@ -379,6 +382,14 @@ func (r *safetyRig) churn(ctx context.Context, seed uint64, partitions bool, mix
 				case "bridge":
 					r.meshNet.Partition(l, to)
 					r.gossipNet.Partition(l, to)
+				case "reset", "crash":
+					if f == "crash" {
+						r.meshNet.Isolate(l)
+						r.gossipNet.Isolate(l)
+					}
+					for _, o := range r.tc.names {
+						r.meshNet.Reset(l, o)
+					}
 				}
 				r.h.Fault(f)
 				workload.Pause(ctx, time.Second)

@@ -30,6 +30,7 @@ var keyHelp = map[string]string{
 	"cluster.raft.snapshot_interval":        "how often the threshold is checked",
 	"cluster.raft.trailing_logs":            "log entries a snapshot leaves in the log",
 	"cluster.raft.log_store":                "the Raft log store of a new data dir: auto (what the dir holds, else wal), wal or bolt",
+	"cluster.raft.crash_detect_ms":          "crash failover: a follower whose mesh session to its leader ended from the leader's side stands for election after this much silence instead of the heartbeat timeout, 10..=499; 0 off (cluster mode)",
 	"cluster.liveness.boot_grace":           "/livez ignores gossip's health score this long after start (cluster mode)",
 	"cluster.liveness.max_health_score":     "/livez fails at this gossip health score or above, 1..=7 (cluster mode)",
 	"cluster.liveness.voter_last_contact":   "/livez fails a follower voter without Raft contact this long (cluster mode)",

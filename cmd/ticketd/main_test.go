@@ -105,6 +105,9 @@ func TestConfigErrorsExit2(t *testing.T) {
 		{"generation in the name", []string{"--cluster.name", "n1~2"}, `cluster.name: "n1~2" carries a generation suffix (~2): set cluster.name to "n1"`},
 		{"grace below debounce", []string{"--cluster.raft.dead_voter_grace", "1s"}, "cluster.raft.dead_voter_grace: 1s is below cluster.raft.reconcile_debounce (2s)"},
 		{"grace below a set debounce", []string{"--cluster.raft.reconcile_debounce", "30s", "--cluster.raft.dead_voter_grace", "20s"}, "cluster.raft.dead_voter_grace: 20s is below cluster.raft.reconcile_debounce (30s)"},
+		// SPEC §5 "Crash failover": below the heartbeat timeout, 0 off.
+		{"crash detect too short", []string{"--cluster.raft.crash_detect_ms", "5"}, "cluster.raft.crash_detect_ms: 5 is outside 10..499 (below the heartbeat timeout, 500ms); 0 turns crash failover off"},
+		{"crash detect not below heartbeat", []string{"--config", writeConfig(t, "cluster:\n  raft:\n    crash_detect_ms: 500\n")}, "cluster.raft.crash_detect_ms: 500 is outside 10..499"},
 		{"liveness voter contact", []string{"--cluster.liveness.voter_last_contact", "500ms"}, "cluster.liveness.voter_last_contact: 500ms is outside 1s..=1h0m0s"},
 		{"liveness standby below voter", []string{"--cluster.liveness.standby_last_contact", "10s"}, "cluster.liveness.standby_last_contact"},
 		{"liveness health score", []string{"--config", writeConfig(t, "cluster:\n  liveness:\n    max_health_score: 9\n")}, "cluster.liveness.max_health_score: 9 is outside 1..=7"},

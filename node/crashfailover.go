@@ -1,0 +1,206 @@
+package node
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tckclk/tckclk/node/consensus"
+)
+
+// crashWatch is SPEC §5 "Crash failover". When a process dies its kernel
+// ends every connection it held at once, so each follower's mesh session
+// to a dead leader ends with an EOF or a reset within a millisecond of
+// the crash (mesh.Config.SessionEnded). A follower whose session to the
+// leader it follows ended that way watches the leader's silence for one
+// heartbeat timeout: as soon as no contact has come for
+// raft.crash_detect_ms plus a stagger, it shortens Raft's heartbeat (and
+// election) timeout to crash_detect_ms, which wakes Raft's follower loop:
+// it finds the leader silent past the new timeout and stands for election
+// at once instead of after the heartbeat timeout. Once a leader is known
+// again (another one, this node, or the same one heard from again) the
+// timeouts go back.
+//
+// Why it cannot disturb a live leader: the election starts with a
+// pre-vote (hashicorp/raft's default), which a voter refuses while it
+// still follows a leader, and a pre-vote changes no term. A session that
+// broke while the leader lives (a reconnect, a one-way cut) costs at most
+// this follower's pre-vote; only when every voter has lost the leader can
+// a real election follow. A partition or a lost machine ends no session
+// (no EOF, no reset): it still waits the heartbeat timeout.
+//
+// The stagger (uniform in [0, crash_detect/2)) spreads the followers'
+// elections: a candidate's pre-vote is refused by a follower that still
+// has the leader, and two candidates at the same instant would split the
+// vote; the election timeout is shortened with the heartbeat timeout so a
+// split costs crash_detect_ms, not the election timeout.
+//
+// The leader lease stays as it is: hashicorp/raft's ReloadConfig refuses
+// a heartbeat timeout below it, and a lease of crash_detect_ms made
+// leaders step down at every stall of a loaded machine (6 step-downs in
+// 90 s at load 21, none at the 250 ms lease); consensus.SetTimeouts sets
+// the follower's timeouts below it.
+type crashWatch struct {
+	detect  time.Duration // raft.crash_detect_ms; 0: off
+	log     *slog.Logger
+	ends    chan string // peers whose mesh session ended from their side
+	outcome *prometheus.CounterVec
+
+	normal consensus.Timing // the timeouts to restore (timing)
+	jitter func(time.Duration) time.Duration
+}
+
+// crashState is the watch's state between events.
+type crashState struct {
+	gone    string    // the leader whose session ended ("": none watched)
+	endAt   time.Time // when it ended
+	stagger time.Duration
+	short   bool // the timeouts are shortened
+	shortAt time.Time
+}
+
+// crashView is Raft as the watch sees it at one instant.
+type crashView struct {
+	state       raft.RaftState
+	leader      string
+	lastContact time.Time
+	now         time.Time
+}
+
+func newCrashWatch(detectMs uint64, log *slog.Logger, reg prometheus.Registerer) *crashWatch {
+	w := &crashWatch{detect: time.Duration(detectMs) * time.Millisecond, log: log, ends: make(chan string, 16),
+		jitter: func(d time.Duration) time.Duration { return rand.N(d) }}
+	w.outcome = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "raft_crash_detect_total",
+		Help: "Mesh sessions to the followed leader that ended from its side, by outcome: shortened (the leader stayed silent for raft.crash_detect_ms: the election started early), leader_alive (it was heard from for a heartbeat timeout), moved_on (Raft changed leader or state first)."},
+		[]string{"outcome"})
+	if reg != nil && w.detect > 0 {
+		reg.MustRegister(w.outcome)
+	}
+	return w
+}
+
+// timing records Raft's timing as the one to restore and returns it. A
+// crash_detect_ms not below the heartbeat timeout would change nothing:
+// the watch is off then (the config refuses it; only test timings reach
+// this).
+func (w *crashWatch) timing(t consensus.Timing) consensus.Timing {
+	w.normal = t
+	if w.detect >= t.Heartbeat {
+		w.detect = 0
+	}
+	return t
+}
+
+// sessionEnded is mesh.Config.SessionEnded: it must not block.
+func (w *crashWatch) sessionEnded(peer string, peerGone bool) {
+	if !peerGone || w.detect == 0 {
+		return
+	}
+	select {
+	case w.ends <- peer:
+	default: // a burst of ends: the watch looks at Raft itself on the next one
+	}
+}
+
+// restoreAfter bounds a shortened period without a known leader (a
+// cluster without quorum elects on the normal timeouts).
+func (w *crashWatch) restoreAfter() time.Duration { return 10 * w.normal.Heartbeat }
+
+// ended starts watching when peer is the leader this follower follows.
+func (w *crashWatch) ended(s *crashState, peer string, v crashView) {
+	if s.gone != "" || s.short || v.state != raft.Follower || v.leader != peer {
+		return
+	}
+	s.gone, s.endAt, s.stagger = peer, v.now, w.jitter(w.detect/2)
+}
+
+// decide moves s on to v and returns the timeouts Raft should have now
+// and when to look again without an event (zero: only on an event).
+func (w *crashWatch) decide(s *crashState, v crashView) (heartbeat, election time.Duration, wake time.Time) {
+	if s.short {
+		known := v.state == raft.Leader || v.leader != "" && (v.leader != s.gone || v.lastContact.After(s.shortAt))
+		if !known && v.now.Sub(s.shortAt) < w.restoreAfter() {
+			return w.detect, w.detect, s.shortAt.Add(w.restoreAfter())
+		}
+		w.log.Info("crash failover: a leader is known again; heartbeat timeout restored", "leader", v.leader,
+			"state", v.state.String(), "after_ms", v.now.Sub(s.endAt).Milliseconds(), "known", known)
+		*s = crashState{}
+	}
+	if s.gone != "" {
+		due := v.lastContact.Add(w.detect + s.stagger)
+		switch end := s.endAt.Add(w.normal.Heartbeat); {
+		case v.state != raft.Follower || v.leader != s.gone:
+			w.outcome.WithLabelValues("moved_on").Inc()
+			*s = crashState{}
+		case !v.now.Before(due):
+			w.outcome.WithLabelValues("shortened").Inc()
+			w.log.Info("crash failover: the mesh session to the leader ended and it stayed silent: heartbeat timeout shortened to raft.crash_detect_ms",
+				"leader", s.gone, "silent_ms", v.now.Sub(v.lastContact).Milliseconds(), "crash_detect_ms", w.detect.Milliseconds())
+			s.short, s.shortAt = true, v.now
+			return w.detect, w.detect, v.now.Add(w.restoreAfter())
+		case !v.now.Before(end):
+			w.outcome.WithLabelValues("leader_alive").Inc()
+			*s = crashState{}
+		default:
+			return w.normal.Heartbeat, w.normal.Election, minTime(due, end)
+		}
+	}
+	return w.normal.Heartbeat, w.normal.Election, time.Time{}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// run drives the watch until ctx ends: on every session end, leadership
+// or state change and timer, it decides and applies the timeouts.
+func (w *crashWatch) run(ctx context.Context, cons *consensus.Raft) {
+	r := cons.Raft()
+	if w.detect == 0 || r == nil {
+		return
+	}
+	obs := make(chan raft.Observation, 16)
+	o := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.RaftState, raft.LeaderObservation:
+			return true
+		}
+		return false
+	})
+	r.RegisterObserver(o)
+	defer r.DeregisterObserver(o)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	view := func() crashView {
+		_, id := r.LeaderWithID()
+		return crashView{state: r.State(), leader: string(id), lastContact: r.LastContact(), now: time.Now()}
+	}
+	var s crashState
+	for {
+		v := view()
+		hb, el, wake := w.decide(&s, v)
+		if cur, curEl := cons.Timeouts(); (cur != hb || curEl != el) && v.state != raft.Shutdown {
+			if err := cons.SetTimeouts(hb, el); err != nil {
+				w.log.Warn("crash failover: setting Raft's timeouts", "err", err)
+			}
+		}
+		timer.Stop()
+		if !wake.IsZero() {
+			timer.Reset(time.Until(wake))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case peer := <-w.ends:
+			w.ended(&s, peer, view())
+		case <-obs:
+		case <-timer.C:
+		}
+	}
+}

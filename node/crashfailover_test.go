@@ -1,0 +1,272 @@
+package node
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/tckclk/tckclk/internal/clustertest/faultnet"
+	"github.com/tckclk/tckclk/node/consensus"
+)
+
+// SPEC §5 "Crash failover", the watch's decisions: only the end of the
+// session to the followed leader starts it; the timeouts shorten once the
+// leader has been silent crash_detect_ms plus the stagger, not before,
+// and not when the leader was heard from again for a heartbeat timeout;
+// they come back once a leader is known (another, or the same one heard
+// from after the shortening, or this node), or after the bound.
+func TestCrashWatchDecide(t *testing.T) {
+	w := newCrashWatch(100, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	w.jitter = func(d time.Duration) time.Duration { return d / 2 } // stagger 25 ms
+	if got := w.timing(consensus.ClusterTiming()); got != consensus.ClusterTiming() {
+		t.Fatalf("crash failover changed the timing: %+v", got)
+	}
+	hb, el := 500*time.Millisecond, 500*time.Millisecond
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	follower := func(leader string, contactMs, nowMs int) crashView {
+		return crashView{state: raft.Follower, leader: leader, lastContact: at(contactMs), now: at(nowMs)}
+	}
+	type want struct {
+		hb, el time.Duration
+		wake   time.Time
+		short  bool
+	}
+	check := func(name string, s *crashState, v crashView, w0 want) {
+		t.Helper()
+		gh, ge, wake := w.decide(s, v)
+		if gh != w0.hb || ge != w0.el || !wake.Equal(w0.wake) || s.short != w0.short {
+			t.Errorf("%s: %v/%v wake %v short %v; want %v/%v wake %v short %v", name, gh, ge, wake.Sub(t0), s.short, w0.hb, w0.el, w0.wake.Sub(t0), w0.short)
+		}
+	}
+
+	var s crashState
+	w.ended(&s, "n3", follower("n2", -10, 0))
+	if s.gone != "" {
+		t.Fatal("the end of a session to a node it does not follow started the watch")
+	}
+	w.ended(&s, "n2", crashView{state: raft.Candidate, now: at(0)})
+	if s.gone != "" {
+		t.Fatal("a candidate started the watch")
+	}
+	w.ended(&s, "n2", follower("n2", -10, 0))
+	check("silent 10 ms", &s, follower("n2", -10, 0), want{hb, el, at(115), false}) // -10 + 100 + 25
+	check("silent 124 ms", &s, follower("n2", -10, 114), want{hb, el, at(115), false})
+	check("silent 125 ms", &s, follower("n2", -10, 115), want{100 * time.Millisecond, 100 * time.Millisecond, at(115 + 5000), true})
+	check("still no leader", &s, crashView{state: raft.Candidate, now: at(200)}, want{100 * time.Millisecond, 100 * time.Millisecond, at(115 + 5000), true})
+	check("the old leader, not heard from since", &s, follower("n2", -10, 210), want{100 * time.Millisecond, 100 * time.Millisecond, at(115 + 5000), true})
+	check("a new leader", &s, follower("n3", 220, 220), want{hb, el, time.Time{}, false})
+	if s != (crashState{}) {
+		t.Fatalf("state after restoring: %+v", s)
+	}
+
+	// The same leader heard from again (a reconnect): the watch re-arms
+	// on the new contact and ends after a heartbeat timeout.
+	w.ended(&s, "n2", follower("n2", 990, 1000))
+	check("heard from again", &s, follower("n2", 1040, 1050), want{hb, el, at(1165), false})
+	check("the window ends", &s, follower("n2", 1480, 1500), want{hb, el, time.Time{}, false})
+	if s.gone != "" {
+		t.Fatal("the watch outlived its heartbeat timeout")
+	}
+
+	// Shortened, then the same leader heard from after the shortening.
+	w.ended(&s, "n2", follower("n2", 1990, 2000))
+	check("silent", &s, follower("n2", 1990, 2120), want{100 * time.Millisecond, 100 * time.Millisecond, at(2120 + 5000), true})
+	check("the leader answers again", &s, follower("n2", 2130, 2130), want{hb, el, time.Time{}, false})
+
+	// Shortened, no leader for the bound: restored anyway.
+	w.ended(&s, "n2", follower("n2", 2990, 3000))
+	check("silent", &s, follower("n2", 2990, 3200), want{100 * time.Millisecond, 100 * time.Millisecond, at(3200 + 5000), true})
+	check("the bound", &s, crashView{state: raft.Candidate, now: at(8200)}, want{hb, el, time.Time{}, false})
+
+	// Shortened, then this node is elected.
+	w.ended(&s, "n2", follower("n2", 8990, 9000))
+	check("silent", &s, follower("n2", 8990, 9200), want{100 * time.Millisecond, 100 * time.Millisecond, at(9200 + 5000), true})
+	check("elected", &s, crashView{state: raft.Leader, leader: "n1", now: at(9300)}, want{hb, el, time.Time{}, false})
+
+	for name, c := range map[string]float64{"shortened": 4, "leader_alive": 1, "moved_on": 0} {
+		if got := counterOf(t, w, name); got != c {
+			t.Errorf("raft_crash_detect_total{outcome=%q} = %v, want %v", name, got, c)
+		}
+	}
+
+	slow := newCrashWatch(100, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	tm := consensus.ClusterTiming()
+	tm.Heartbeat = 80 * time.Millisecond
+	if slow.timing(tm); slow.detect != 0 {
+		t.Fatal("crash_detect_ms not below the heartbeat timeout left the watch on")
+	}
+}
+
+func counterOf(t *testing.T, w *crashWatch, outcome string) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := w.outcome.WithLabelValues(outcome).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+// crashTiming is the crash tests' Raft timing: a heartbeat timeout long
+// enough that a follower standing for election well before it can only
+// have done so through crash failover, even on a loaded machine.
+func crashTiming() *consensus.Timing {
+	t := consensus.ClusterTiming()
+	t.Heartbeat, t.Election = 2*time.Second, 2*time.Second
+	return &t
+}
+
+// formCrashThree forms n1..n3 over fault-injecting nets with crashTiming.
+func formCrashThree(t *testing.T) (tc *testCluster, meshNet, gossipNet *faultnet.Net, leader string) {
+	t.Helper()
+	tc, leader = formThree(t, faulty(&meshNet, &gossipNet), func(tc *testCluster) { tc.timing = crashTiming() })
+	return tc, meshNet, gossipNet, leader
+}
+
+// newLeaderAmong polls Raft's state every few ms until one of nodes leads
+// and returns it with the time since start.
+func newLeaderAmong(t *testing.T, nodes []*clusterMember, start time.Time, d time.Duration) (string, time.Duration) {
+	t.Helper()
+	var name string
+	waitFor(t, "a leader among the others", d, func() bool {
+		for _, cm := range nodes {
+			if r := cm.n.raft(); r != nil && r.State() == raft.Leader {
+				name = cm.n.cfg.Cluster.Name
+				return true
+			}
+		}
+		return false
+	})
+	return name, time.Since(start)
+}
+
+// timeoutsOf is cm's Raft heartbeat and election timeouts now.
+func timeoutsOf(cm *clusterMember) (time.Duration, time.Duration) {
+	return cm.n.cons.Load().Timeouts()
+}
+
+// SPEC §5 "Crash failover": the leader dies as a process does — its
+// peers' mesh sessions to it end with resets, and nothing of it reaches
+// them after — and a follower is elected long before the heartbeat
+// timeout (2 s here) could have passed; the new leader grants, what was
+// granted before is there, and every survivor's timeouts are back.
+func TestCrashFailoverKilledLeader(t *testing.T) {
+	tc, meshNet, gossipNet, old := formCrashThree(t)
+	oc := tc.nodes[old]
+	before, _ := grantRetry(t, oc, "before-crash", "w", 60)
+	others := tc.others(old)
+	crash := time.Now()
+	meshNet.Isolate(old)
+	gossipNet.Isolate(old)
+	resets := 0
+	for _, cm := range others {
+		resets += meshNet.Reset(old, cm.n.cfg.Cluster.Name)
+	}
+	if resets == 0 {
+		t.Fatal("no mesh stream between the leader and its followers to reset")
+	}
+	next, took := newLeaderAmong(t, others, crash, 20*time.Second)
+	t.Logf("%s elected %v after the crash of %s (heartbeat timeout %v, crash_detect_ms %d)", next, took.Round(time.Millisecond), old, crashTiming().Heartbeat, DefaultCrashDetectMs)
+	if took >= crashTiming().Heartbeat {
+		t.Fatalf("the new leader took %v, not less than the heartbeat timeout %v: crash failover did not act", took, crashTiming().Heartbeat)
+	}
+	shortened := 0.0
+	for _, cm := range others {
+		shortened += counterOf(t, cm.n.cl.crash, "shortened")
+	}
+	if shortened == 0 {
+		t.Fatal("no follower shortened its heartbeat timeout")
+	}
+	nc := tc.nodes[next]
+	if got, err := getRetry(t, nc, "before-crash"); err != nil || got.Token != before.Token {
+		t.Fatalf("the new leader reads %+v %v, want token %d", got, err, before.Token)
+	}
+	grantRetry(t, nc, "after-crash", "w", 60)
+	norm := crashTiming()
+	for _, cm := range others {
+		waitFor(t, cm.n.cfg.Cluster.Name+"'s timeouts restored", 10*time.Second, func() bool {
+			hb, el := timeoutsOf(cm)
+			return hb == norm.Heartbeat && el == norm.Election
+		})
+	}
+	meshNet.HealAll()
+	gossipNet.HealAll()
+}
+
+// SPEC §5 "Crash failover": a partition ends no session (no EOF, no
+// reset): nobody stands for election before the heartbeat timeout, and
+// the cluster still fails over on it.
+func TestCrashFailoverPartitionWaitsHeartbeat(t *testing.T) {
+	tc, meshNet, gossipNet, old := formCrashThree(t)
+	others := tc.others(old)
+	cut := time.Now()
+	meshNet.Isolate(old)
+	gossipNet.Isolate(old)
+	next, took := newLeaderAmong(t, others, cut, 30*time.Second)
+	t.Logf("%s elected %v after the partition of %s (heartbeat timeout %v)", next, took.Round(time.Millisecond), old, crashTiming().Heartbeat)
+	// The last heartbeat reached the followers at most a leader's
+	// heartbeat interval (≤ 40 ms) before the cut.
+	if min := crashTiming().Heartbeat - 100*time.Millisecond; took < min {
+		t.Fatalf("a leader was elected %v after the partition, before the heartbeat timeout (%v)", took, crashTiming().Heartbeat)
+	}
+	for _, cm := range others {
+		if n := counterOf(t, cm.n.cl.crash, "shortened"); n != 0 {
+			t.Fatalf("%s shortened its heartbeat timeout %v times without a session end", cm.n.cfg.Cluster.Name, n)
+		}
+	}
+	grantRetry(t, tc.nodes[next], "after-partition", "w", 60)
+	meshNet.HealAll()
+	gossipNet.HealAll()
+}
+
+// SPEC §5 "Crash failover": sessions that break while the leader lives
+// do not move leadership (at worst once, on a starved machine): ten
+// rounds of resets of every session of the leader, each followed by a
+// forwarded grant; then one follower cut off from the leader (a one-way
+// cut and a reset: it can reach no one but the other follower, which
+// still follows the leader and refuses its pre-vote) for a heartbeat
+// timeout and more. Default timing.
+func TestCrashFailoverLiveLeaderUndisturbed(t *testing.T) {
+	var meshNet, gossipNet *faultnet.Net
+	tc, leader := formThree(t, faulty(&meshNet, &gossipNet))
+	lc := tc.nodes[leader]
+	term0 := lc.n.raft().CurrentTerm()
+	f := tc.follower(leader, "")
+	fc := tc.nodes[f]
+	for i := range 10 {
+		for _, cm := range tc.others(leader) {
+			meshNet.Reset(leader, cm.n.cfg.Cluster.Name)
+		}
+		grantRetry(t, fc, fmt.Sprint("through-reset-", i), "w", 60)
+	}
+	shortened := counterOf(t, fc.n.cl.crash, "shortened")
+	meshNet.Cut(f, leader)
+	meshNet.Reset(f, leader)
+	// Bounded observation: for more than a heartbeat timeout (500 ms)
+	// after f lost the leader, f shortens and stands, its pre-vote is
+	// refused, and the leader keeps granting.
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for i := 0; time.Now().Before(deadline); i++ {
+		grantRetry(t, lc, fmt.Sprint("during-cut-", i), "w", 60)
+		time.Sleep(50 * time.Millisecond) // pacing of a bounded observation
+	}
+	if got := counterOf(t, fc.n.cl.crash, "shortened"); got == shortened {
+		t.Fatalf("%s, cut off from the leader after a reset, never shortened its heartbeat timeout", f)
+	}
+	meshNet.HealAll()
+	waitFor(t, f+" follows the leader again with its timeouts restored", 20*time.Second, func() bool {
+		_, id := fc.n.raft().LeaderWithID()
+		hb, _ := timeoutsOf(fc)
+		return string(id) != "" && hb == consensus.ClusterTiming().Heartbeat
+	})
+	now := tc.leader()
+	term := tc.nodes[now].n.raft().CurrentTerm()
+	t.Logf("leader %s term %d → leader %s term %d", leader, term0, now, term)
+	if term > term0+1 {
+		t.Fatalf("the term went from %d to %d: sessions breaking under a live leader moved leadership more than once", term0, term)
+	}
+}
