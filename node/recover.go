@@ -4,14 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/tckclk/tckclk/internal/config"
 	"github.com/tckclk/tckclk/node/consensus"
 	"github.com/tckclk/tckclk/node/datadir"
 	"github.com/tckclk/tckclk/node/ticket"
-	"github.com/tckclk/tckclk/protocol"
 )
 
 // RecoverOptions are `ticketd recover`'s inputs (SPEC §3.4).
@@ -47,23 +45,15 @@ var ErrNotRetired = errors.New("node: the source data dir is neither retired nor
 // a running node out).
 func Recover(o RecoverOptions) (RecoverResult, error) {
 	var res RecoverResult
-	if err := ticket.ValidName(o.NodeID); err != nil {
-		return res, config.Errorf("--node-id", "%v", err)
+	nc := newCluster{To: o.To, NodeID: o.NodeID, Address: o.Address, LogStore: o.LogStore, Now: o.Now, Logger: o.Logger}
+	if err := nc.check(o.DeltaMs); err != nil {
+		return res, err
 	}
-	if err := protocol.ValidateDelta(o.DeltaMs); err != nil {
-		return res, config.Errorf("--delta-ms", "%v", err)
+	if o.DeltaMs == 0 {
+		return res, config.Errorf("--delta-ms", "the cluster's Δ is required")
 	}
-	if o.From == "" || o.To == "" {
+	if o.From == "" {
 		return res, config.Errorf("--from", "both --from and --data-dir are required")
-	}
-	if o.Address == "" {
-		o.Address = o.NodeID
-	}
-	if o.Now.IsZero() {
-		o.Now = time.Now()
-	}
-	if ents, err := os.ReadDir(o.To); err == nil && len(ents) > 0 {
-		return res, config.Errorf("--data-dir", "%s is not empty: recover writes a new data dir", o.To)
 	}
 	from, err := datadir.Open(o.From)
 	if err != nil {
@@ -89,20 +79,9 @@ func Recover(o RecoverOptions) (RecoverResult, error) {
 	if err != nil {
 		return res, err
 	}
-	if info.OldServers[o.NodeID] || fsm.IsRetired(o.NodeID) {
-		return res, config.Errorf("--node-id", "%q was a member of the old cluster; a recovered cluster needs a NodeId never used before", o.NodeID)
-	}
-	to, err := datadir.Open(o.To)
-	if err != nil {
+	if err := nc.checkNewID(info.OldServers, fsm); err != nil {
 		return res, err
 	}
-	defer to.Close()
-	if err := consensus.WriteRecovered(to, fsm, info, o.NodeID, o.Address, o.LogStore, o.Logger); err != nil {
-		return res, err
-	}
-	res = RecoverResult{Tickets: info.Tickets, LastIndex: info.LastIndex, HoldOffUntil: o.Now.Add(holdOffFor(o.DeltaMs))}
-	if err := to.WriteRecovered(o.From, res.HoldOffUntil, info.LastIndex); err != nil {
-		return res, &datadir.Error{File: to.File(datadir.RecoveredFile), Err: err}
-	}
-	return res, nil
+	res = RecoverResult{Tickets: info.Tickets, LastIndex: info.LastIndex, HoldOffUntil: nc.holdUntil(o.DeltaMs)}
+	return res, nc.write(fsm, info, o.From, res.HoldOffUntil)
 }

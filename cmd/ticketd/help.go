@@ -10,6 +10,7 @@ import (
 
 const usageHead = `usage: ticketd [--config FILE] [--data-dir DIR] [--http ADDR] [--print-config] [--KEY VALUE ...]
        ticketd recover --from DATA_DIR --node-id NEW --data-dir NEW_DIR [...]   (ticketd recover --help)
+       ticketd restore --from-snapshot FILE --node-id NEW --data-dir NEW_DIR [...]   (ticketd restore --help)
        ticketd --version | --help
 
 Runs one ticketing node (SPEC §4): named leases with fencing tokens, kept

@@ -41,6 +41,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "recover" {
 		return recoverCmd(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "restore" {
+		return restoreCmd(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("ticketd", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors and help are written below, once
 	configPath := fs.String("config", "", "ticketd.yaml")

@@ -1,17 +1,12 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"slices"
-	"strings"
 	"time"
 
-	"github.com/tckclk/tckclk/internal/config"
 	"github.com/tckclk/tckclk/node"
-	"github.com/tckclk/tckclk/node/consensus"
 )
 
 const recoverUsage = `usage: ticketd recover --from DATA_DIR --node-id NEW --data-dir NEW_DIR [--delta-ms 500] [--address ADDR] [--log-store auto]
@@ -37,44 +32,21 @@ exit status: 0 recovered, 1 the old state cannot be recovered, 2 bad usage
 // recoverCmd is `ticketd recover`.
 func recoverCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ticketd recover", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	from := fs.String("from", "", "")
-	id := fs.String("node-id", "", "")
-	to := fs.String("data-dir", "", "")
-	addr := fs.String("address", "", "")
-	delta := fs.String("delta-ms", "500", "")
-	store := fs.String("log-store", consensus.LogStoreAuto, "")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stderr, recoverUsage)
-			return 0
-		}
-		fmt.Fprintf(stderr, "ticketd recover: %s\n(ticketd recover --help for usage)\n", config.DescribeFlagError(err))
-		return 2
+	f := bindNewCluster(fs, "500")
+	d, code, ok := f.parse(fs, args, recoverUsage, stderr)
+	if !ok {
+		return code
 	}
-	if fs.NArg() > 0 || *from == "" || *id == "" || *to == "" {
+	if *from == "" || *f.id == "" || *f.to == "" {
 		fmt.Fprint(stderr, "ticketd recover: --from, --node-id and --data-dir are required\n\n"+recoverUsage)
 		return 2
 	}
-	d, err := config.ParseUint(*delta, 64)
+	res, err := node.Recover(node.RecoverOptions{From: *from, To: *f.to, NodeID: *f.id, Address: *f.addr, DeltaMs: d, LogStore: *f.store})
 	if err != nil {
-		fmt.Fprintf(stderr, "ticketd recover: --delta-ms %q: %v\n", *delta, err)
-		return 2
-	}
-	if !slices.Contains(consensus.LogStores, *store) {
-		fmt.Fprintf(stderr, "ticketd recover: --log-store %q: want one of %s\n", *store, strings.Join(consensus.LogStores, ", "))
-		return 2
-	}
-	res, err := node.Recover(node.RecoverOptions{From: *from, To: *to, NodeID: *id, Address: *addr, DeltaMs: d, LogStore: *store})
-	if err != nil {
-		fmt.Fprintf(stderr, "ticketd recover: %v\n", err)
-		var ce *config.Error
-		if errors.As(err, &ce) || errors.Is(err, node.ErrNotRetired) {
-			return 2
-		}
-		return 1
+		return failed("ticketd recover", err, stderr, node.ErrNotRetired)
 	}
 	fmt.Fprintf(stdout, "recovered %d tickets from %s into %s as %s\nnew fencing tokens start above %d\nGrant and Expire refused until %s (250 s + Δ)\n",
-		res.Tickets, *from, *to, *id, res.LastIndex, res.HoldOffUntil.UTC().Format(time.RFC3339))
+		res.Tickets, *from, *f.to, *f.id, res.LastIndex, res.HoldOffUntil.UTC().Format(time.RFC3339))
 	return 0
 }

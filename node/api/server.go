@@ -104,6 +104,19 @@ type LeaderHinter interface {
 	ForwardsTo() string
 }
 
+// Backuper is an optional Backend behaviour: GET /v1/cluster/backup (admin;
+// ticketctl snapshot save; SPEC §3.4). A Backend without it answers 404.
+type Backuper interface {
+	Backup(ctx context.Context) (*Backup, error)
+}
+
+// Backup is a backup to serve: its header and its state, which the handler
+// closes.
+type Backup struct {
+	Header *wire.BackupHeader
+	State  io.ReadCloser
+}
+
 // Options configure the handler.
 type Options struct {
 	Backend  Backend
@@ -178,6 +191,7 @@ const (
 	rBatch
 	rHealth
 	rRevoke
+	rBackup
 )
 
 type endpoint struct {
@@ -202,6 +216,7 @@ var fixed = map[string]endpoint{
 	"/v1/cluster/replace":             {rReplace, http.MethodPost},
 	"/v1/batch":                       {rBatch, http.MethodPost},
 	"/v1/cluster/health":              {rHealth, http.MethodGet},
+	"/v1/cluster/backup":              {rBackup, http.MethodGet},
 }
 
 // match returns the route, its method and the ticket name in the path. It
@@ -304,7 +319,7 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, name st
 		serveUI(w, r)
 		return ""
 	}
-	admin := rt == rMembers || rt == rTransfer || rt == rRemove || rt == rSnapshot || rt == rReplace || rt == rRevoke
+	admin := rt == rMembers || rt == rTransfer || rt == rRemove || rt == rSnapshot || rt == rReplace || rt == rRevoke || rt == rBackup
 	if err := s.authorize(r, admin); err != nil {
 		if err.Kind == kindUnauthorized {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ticketd"`)
@@ -419,6 +434,15 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, name st
 		}
 		writeJSON(w, http.StatusOK, h)
 		return "ok"
+	case rBackup:
+		bk, ok := s.b.(Backuper)
+		if !ok {
+			break
+		}
+		if err := noQuery(r); err != nil {
+			return s.fail(w, err)
+		}
+		return s.backup(w, r, bk)
 	case rReplace:
 		rp, ok := s.b.(Replacer)
 		if !ok {
@@ -639,6 +663,29 @@ func longer(w http.ResponseWriter, d time.Duration) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{})
 	_ = rc.SetWriteDeadline(time.Now().Add(d + 30*time.Second)) // socket plumbing
+}
+
+// backup streams a backup (GET /v1/cluster/backup). Once the answer has
+// started, a failure can only cut it short: the client sees fewer bytes
+// than Content-Length, and every reader refuses a truncated backup.
+func (s *server) backup(w http.ResponseWriter, r *http.Request, bk Backuper) string {
+	b, err := bk.Backup(r.Context())
+	if err != nil {
+		return s.fail(w, err)
+	}
+	defer b.State.Close()
+	size := b.Header.Size()
+	// A large state takes longer than the server's write timeout: allow
+	// for 1 MB/s plus the usual margin.
+	longer(w, time.Duration(size/(1<<20))*time.Second)
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatUint(size, 10))
+	w.WriteHeader(http.StatusOK)
+	if _, err := wire.WriteBackup(w, b.Header, b.State); err != nil {
+		s.log.Warn("backup cut short", "err", err)
+		return "error"
+	}
+	return "ok"
 }
 
 // watch is GET /v1/tickets/{name}?wait=DURATION&index=N (SPEC §4.2).

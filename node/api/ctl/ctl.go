@@ -60,6 +60,11 @@ commands:
                                             failures its voters allow ((voters−1)/2) and
                                             has at least N voters; --wait: poll until then
                                             (client token; between nodes of a rolling restart)
+  snapshot save FILE                        a backup of the cluster's state (admin token; SPEC §3.4):
+                                            the leader's consistent snapshot, checked as it
+                                            arrives (length, SHA-256), written to FILE atomically
+                                            (mode 0600); ticketd restore --from-snapshot FILE
+                                            builds a new cluster from it (--timeout bounds it)
   health                                    exit 0 only when --addr's /readyz answers 2xx
                                             (ticketd or tckclk-agent --http; container probes)
   wait NAME [--wait D]                      block until nobody holds the ticket
@@ -74,7 +79,7 @@ global flags (anywhere on the line):
   --json                 print the server's JSON answer; grant and renew add the
                          local deadline (local_deadline_in_ms, local_deadline_unix_ms)
   --token-file F         client bearer token (api.token_file), mode 0600
-  --admin-token-file F   admin bearer token (api.admin_token_file), for cluster and revoke
+  --admin-token-file F   admin bearer token (api.admin_token_file), for cluster, revoke and snapshot
   --ca-file F            CA for an https API; --cert-file F --key-file F: client certificate
   --timeout D            request timeout, a Go duration (default 10s)
   --version              print the version and exit

@@ -14,18 +14,19 @@ import (
 
 // takes lists the flags of each command beyond the globals.
 var takes = map[string][]string{
-	"grant":   {"holder", "lease"},
-	"renew":   {"holder", "lease", "token"},
-	"release": {"holder", "token"},
-	"list":    {"prefix", "limit"},
-	"get":     nil,
-	"status":  nil,
-	"cluster": {"with", "wait", "voters"}, // cluster replace OLD --with NEW [--wait D] | cluster health [--wait D] [--voters N]
-	"health":  nil,
-	"wait":    {"wait"},
-	"watch":   {"wait"},
-	"run":     nil, // parsed by parseRun (run.go)
-	"revoke":  {"token"},
+	"grant":    {"holder", "lease"},
+	"renew":    {"holder", "lease", "token"},
+	"release":  {"holder", "token"},
+	"list":     {"prefix", "limit"},
+	"get":      nil,
+	"status":   nil,
+	"cluster":  {"with", "wait", "voters"}, // cluster replace OLD --with NEW [--wait D] | cluster health [--wait D] [--voters N]
+	"health":   nil,
+	"wait":     {"wait"},
+	"watch":    {"wait"},
+	"run":      nil, // parsed by parseRun (run.go)
+	"revoke":   {"token"},
+	"snapshot": nil, // snapshot save FILE
 }
 
 // args is a parsed command line of one command.
@@ -36,6 +37,7 @@ type args struct {
 	wait                 time.Duration
 	replace              *replaceArgs // cluster replace (replace.go)
 	health               *healthArgs  // cluster health (health.go)
+	file                 string       // snapshot save FILE (snapshot.go)
 }
 
 // parseCmd parses flags anywhere among the positional arguments.
@@ -115,6 +117,10 @@ func parseArgs(g *globals, cmd string, argv []string, env Env) (args, error) {
 		if a.replace, err = ra.check(pos, a.wait); err != nil {
 			return a, err
 		}
+	case cmd == "snapshot":
+		if a.file, err = snapshotArgs(pos); err != nil {
+			return a, err
+		}
 	case needName && len(pos) != 1:
 		return a, usagef("needs exactly one ticket NAME, got %d arguments", len(pos))
 	case !needName && len(pos) != 0:
@@ -159,7 +165,7 @@ func dispatch(ctx context.Context, g *globals, cmd string, argv []string, env En
 	if err != nil {
 		return err
 	}
-	c, tr, err := g.client(env, cmd == "cluster" && a.health == nil || cmd == "revoke")
+	c, tr, err := g.client(env, cmd == "cluster" && a.health == nil || cmd == "revoke" || cmd == "snapshot")
 	if err != nil {
 		return err
 	}
@@ -220,6 +226,8 @@ func dispatch(ctx context.Context, g *globals, cmd string, argv []string, env En
 		if m, err = c.Members(ctx); err == nil {
 			p.members(m)
 		}
+	case "snapshot":
+		err = saveBackup(ctx, c, a.file, p)
 	case "health":
 		var body []byte
 		if body, err = c.Probe(ctx, "/readyz"); err == nil {
