@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/tckclk/tckclk/internal/config"
-	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/api/wire"
 	"github.com/tckclk/tckclk/node/consensus"
 	"github.com/tckclk/tckclk/node/datadir"
@@ -112,31 +111,7 @@ func recoverKeepsTickets(t *testing.T, fromStore, toStore string) {
 	cfg := testConfig(t, fresh)
 	cfg.Cluster.Name = "node-2"
 	cfg.Cluster.Raft.LogStore = toStore // auto would do too; the explicit key must agree with what recover wrote
-	rn, err := tryStart(t, cfg, Deps{Wall: clk, Env: noEnv}, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cerr *client.Error
-	waitFor(t, "stage hold_off", 10*time.Second, func() bool {
-		_, err := rn.c.Ready(bg)
-		return errors.As(err, &cerr) && cerr.Stage == string(StageHoldOff)
-	})
-	st, err := rn.c.Status(bg)
-	if err != nil || !strings.Contains(st.HoldOffCause, "recovered from") || st.HoldOffUntilUnixMs < uint64(clk.Now().Add(250*time.Second).UnixMilli()) {
-		t.Fatalf("status %+v %v", st, err)
-	}
-	after := listAll(t, rn)
-	if len(after) != len(before) {
-		t.Fatalf("tickets after recovery %v, before %v", after, before)
-	}
-	for name, w := range before {
-		if after[name] != w {
-			t.Fatalf("ticket %s: %+v after, %+v before (expiry and token must be identical)", name, after[name], w)
-		}
-	}
-	if _, err := rn.c.Grant(bg, "d", "h", 30); !errors.As(err, &cerr) || cerr.Reason != "hold_off" {
-		t.Fatalf("grant during the recovery hold-off: %v", err)
-	}
+	rn := startHeldOff(t, cfg, clk, "recovered from", before)
 	clk.Advance(251 * time.Second)
 	g, err := rn.c.Grant(bg, "d", "h", 30)
 	if err != nil {

@@ -91,4 +91,3 @@ func (p printer) saved(file string, s *client.Saved) {
 	fmt.Fprintf(p.out, "highest token %d (token epoch %d)\n", s.HighestToken, s.Epoch)
 	fmt.Fprintf(p.out, "%d bytes, sha256 %s\n", s.Bytes, sum)
 }
-
