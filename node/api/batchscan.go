@@ -70,38 +70,66 @@ func scanOpExact(raw []byte) (opFields, bool) {
 // scanOp reads the op object that starts at b[i]; end is the index after
 // its closing brace.
 func scanOp(b []byte, i int) (f opFields, end int, ok bool) {
-	var name, holder []byte
+	f, name, holder, end, ok := scanFields(b, i, fOp|fName|fHolder|fToken|fLease|fWait)
+	if !ok || f.seen&(fOp|fName) != fOp|fName {
+		return f, 0, false // the reference words "is required"
+	}
+	// One allocation for both strings: a Write's name and holder live
+	// and die together.
+	both := string(name) + string(holder)
+	f.wr.Name, f.wr.Holder = both[:len(name)], both[len(name):]
+	return f, end, true
+}
+
+// scanWrite reads the body of a single grant (fields takes: holder,
+// lease_s, wait_ms), renew (holder, token, lease_s) or release (holder,
+// token) in the fast shape, every field of takes but wait_ms given and
+// nothing but whitespace around the object; ok is false for any other
+// body, which decodeWriteReference then reads (and words the refusal).
+func scanWrite(body []byte, takes uint8) (f opFields, ok bool) {
+	f, _, holder, end, ok := scanFields(body, skipWS(body, 0), takes)
+	if !ok || f.seen|fWait != takes|fWait || skipWS(body, end) != len(body) {
+		return f, false
+	}
+	f.wr.Holder = string(holder)
+	return f, true
+}
+
+// scanFields reads the flat object at b[i] whose fields are among takes;
+// end is the index after its closing brace. Name and holder are returned
+// as the bytes of the body.
+func scanFields(b []byte, i int, takes uint8) (f opFields, name, holder []byte, end int, ok bool) {
 	if i = expect(b, i, '{'); i < 0 {
-		return f, 0, false
+		return f, nil, nil, 0, false
 	}
 	for {
 		ks, ke := scanPlain(b, skipWS(b, i))
 		if ke < 0 {
-			return f, 0, false
+			return f, nil, nil, 0, false
 		}
 		bit := opField(b[ks:ke])
-		if bit == 0 || f.seen&bit != 0 {
-			return f, 0, false
+		if bit&takes == 0 || f.seen&bit != 0 {
+			return f, nil, nil, 0, false
 		}
 		f.seen |= bit
 		if i = expect(b, skipWS(b, ke+1), ':'); i < 0 {
-			return f, 0, false
+			return f, nil, nil, 0, false
 		}
 		i = skipWS(b, i)
 		switch bit {
 		case fOp:
 			vs, ve := scanPlain(b, i)
 			if ve < 0 {
-				return f, 0, false
+				return f, nil, nil, 0, false
 			}
 			if f.op = knownOp(b[vs:ve]); f.op == "" {
-				return f, 0, false
+				return f, nil, nil, 0, false
 			}
 			i = ve + 1
 		case fName, fHolder:
 			vs, ve := scanPlain(b, i)
 			if ve < 0 {
-				return f, 0, false
+				return f, nil, nil, 0, false
 			}
 			if bit == fName {
 				name = b[vs:ve]
@@ -116,7 +144,7 @@ func scanOp(b []byte, i int) (f opFields, end int, ok bool) {
 			}
 			v, n := scanDigits(b, i, 18)
 			if n < 0 {
-				return f, 0, false
+				return f, nil, nil, 0, false
 			}
 			f.lease = int64(v)
 			if neg {
@@ -126,7 +154,7 @@ func scanOp(b []byte, i int) (f opFields, end int, ok bool) {
 		default: // fToken, fWait: non-negative
 			v, n := scanDigits(b, i, 19)
 			if n < 0 {
-				return f, 0, false
+				return f, nil, nil, 0, false
 			}
 			if bit == fToken {
 				f.wr.Token = v
@@ -137,21 +165,12 @@ func scanOp(b []byte, i int) (f opFields, end int, ok bool) {
 		}
 		i = skipWS(b, i)
 		if i < len(b) && b[i] == '}' {
-			end = i + 1
-			break
+			return f, name, holder, i + 1, true
 		}
 		if i = expect(b, i, ','); i < 0 {
-			return f, 0, false
+			return f, nil, nil, 0, false
 		}
 	}
-	if f.seen&(fOp|fName) != fOp|fName {
-		return f, 0, false // the reference words "is required"
-	}
-	// One allocation for both strings: a Write's name and holder live
-	// and die together.
-	both := string(name) + string(holder)
-	f.wr.Name, f.wr.Holder = both[:len(name)], both[len(name):]
-	return f, end, true
 }
 
 // opField is the bit of a batch op's field name; 0 for any other.

@@ -182,3 +182,27 @@ func BenchmarkDecodeBatch(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecodeWrite reads a grant and a release body as the Go client
+// sends them, through the single endpoints' reading (the scanner) and
+// through the reference (encoding/json's strict decoder), in one run.
+func BenchmarkDecodeWrite(b *testing.B) {
+	grant, _ := json.Marshal(wire.GrantRequest{Holder: "client-042", LeaseS: 30})
+	release, _ := json.Marshal(wire.ReleaseRequest{Holder: "client-042", Token: 123456789})
+	for _, c := range []struct {
+		name string
+		read func(rt route, name string, body []byte) (Write, *Error)
+	}{{"reference", decodeWriteReference}, {"fast", decodeWrite}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.read(rGrant, "jobs:42", grant); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := c.read(rRelease, "jobs:42", release); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -527,8 +527,58 @@ func (s *server) write(w http.ResponseWriter, r *http.Request, rt route, name st
 	return a.label
 }
 
-// decodeWrite reads the body of a grant, renew, release or revoke on name.
+// writeTakes are the fields of a single grant, renew and release body
+// (as bits of opFields.seen): every one but wait_ms is required.
+var writeTakes = map[route]struct {
+	op    ticket.Op
+	takes uint8
+}{
+	rGrant:   {ticket.OpGrant, fHolder | fLease | fWait},
+	rRenew:   {ticket.OpRenew, fHolder | fToken | fLease},
+	rRelease: {ticket.OpRelease, fHolder | fToken},
+}
+
+// decodeWrite reads the body of a grant, renew, release or revoke on name:
+// a body in the Go client's shape through the scanner (scanWrite, the
+// batch ops' reading), any other — every refusal included — through
+// decodeWriteReference, which reads what the scanner accepts into the
+// same Write (FuzzWriteDecoders).
 func decodeWrite(rt route, name string, body []byte) (Write, *Error) {
+	if wt, ok := writeTakes[rt]; ok {
+		if f, ok := scanWrite(body, wt.takes); ok && f.waitMs <= MaxWaitMs {
+			f.wr.Op, f.wr.Name, f.wr.WaitMs = wt.op, name, uint32(f.waitMs)
+			return checkWrite(f.wr, f.lease)
+		}
+	}
+	return decodeWriteReference(rt, name, body)
+}
+
+// DecodeWrite and DecodeWriteReference read a single grant, renew or
+// release body (op) on name as the endpoint does, and as encoding/json
+// alone does; for the differential fuzz target.
+func DecodeWrite(op, name string, body []byte) (Write, error) {
+	return asError(decodeWrite(routeOf(op), name, body))
+}
+
+// DecodeWriteReference: see DecodeWrite.
+func DecodeWriteReference(op, name string, body []byte) (Write, error) {
+	return asError(decodeWriteReference(routeOf(op), name, body))
+}
+
+func routeOf(op string) route {
+	return map[string]route{"grant": rGrant, "renew": rRenew, "release": rRelease}[op]
+}
+
+func asError(w Write, e *Error) (Write, error) {
+	if e != nil {
+		return w, e
+	}
+	return w, nil
+}
+
+// decodeWriteReference reads a write body with encoding/json (the strict
+// decoder): the reading every refusal's text comes from.
+func decodeWriteReference(rt route, name string, body []byte) (Write, *Error) {
 	if rt == rRevoke {
 		// No body, or {"token": N}: revoke only while N is the token.
 		wr := Write{Op: ticket.OpRevoke, Name: name}
