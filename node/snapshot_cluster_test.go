@@ -21,7 +21,13 @@ func TestClusterSnapshotOnFollower(t *testing.T) {
 	f := tc.others(leader)[0]
 	id := f.n.cfg.Cluster.Name
 	applied := lc.n.raft().AppliedIndex()
-	waitFor(t, "the follower to apply the grants", 10*time.Second, func() bool { return f.n.raft().AppliedIndex() >= applied })
+	// Raft's AppliedIndex counts entries handed to the state machine, which
+	// applies them on its own goroutine: wait for the tickets themselves
+	// (SnapshotInfo.Tickets is the state machine's count when the
+	// snapshot is asked for).
+	waitFor(t, "the follower to apply the grants", 10*time.Second, func() bool {
+		return f.n.raft().AppliedIndex() >= applied && f.n.fsm.Len() == 5
+	})
 	leaderSnap := lc.n.raft().Stats()["last_snapshot_index"]
 	info, err := f.n.Snapshot(bg)
 	if err != nil {
