@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/tckclk/tckclk/internal/config"
-	"github.com/tckclk/tckclk/node/api/wire"
-	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
 	"github.com/tckclk/tckclk/node/api/client"
+	"github.com/tckclk/tckclk/node/api/wire"
 	"github.com/tckclk/tckclk/node/backup"
+	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 

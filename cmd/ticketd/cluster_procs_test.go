@@ -34,11 +34,17 @@ var clusterNames = []string{"node-1", "node-2", "node-3"}
 // returns it; it skips the test when openssl is absent.
 func runClusterKeys(t *testing.T, apiPorts, gossipPorts []int, agentAddr string) string {
 	t.Helper()
+	return runClusterKeysFor(t, clusterNames, apiPorts, gossipPorts, agentAddr)
+}
+
+// runClusterKeysFor is runClusterKeys for the nodes names.
+func runClusterKeysFor(t *testing.T, names []string, apiPorts, gossipPorts []int, agentAddr string) string {
+	t.Helper()
 	if _, err := exec.LookPath("openssl"); err != nil {
 		t.Skip("openssl is not on PATH: deploy/cluster-keys.sh needs it")
 	}
 	dir := filepath.Join(t.TempDir(), "cluster")
-	cmd := exec.Command("sh", append([]string{clusterKeysScript, dir}, clusterNames...)...)
+	cmd := exec.Command("sh", append([]string{clusterKeysScript, dir}, names...)...)
 	cmd.Env = append(childEnv(), "TCKCLK_API_PORTS="+clustertest.JoinPorts(apiPorts), "TCKCLK_GOSSIP_PORTS="+clustertest.JoinPorts(gossipPorts), "TCKCLK_AGENT_ADDR="+agentAddr)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("cluster-keys.sh: %v\n%s", err, out)

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,7 +36,11 @@ func saveBackup(ctx context.Context, c *client.Client, file string, p printer) (
 	dir := filepath.Dir(file)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(file)+".part-*")
 	if err != nil {
-		return fmt.Errorf("snapshot save: %w", err)
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // its path is the temporary file's
+		}
+		return fmt.Errorf("snapshot save: cannot create a file in %s: %w", dir, err)
 	}
 	defer func() {
 		if err != nil {
