@@ -91,8 +91,11 @@ type Raft struct {
 	// of one ends (endsAtShutdown).
 	shut     chan struct{}
 	shutOnce sync.Once
-	unblock  func()
-	log      *slog.Logger
+	// ends (under wmu): the in-place waits of Propose in progress
+	// (waitInPlace), each ended when shut closes.
+	ends    map[*waitEnd]struct{}
+	unblock func()
+	log     *slog.Logger
 }
 
 // slowShutdown is how long Close waits for Raft's shutdown before it calls
@@ -285,7 +288,7 @@ func (p *Raft) BootstrapCluster(conf raft.Configuration) error {
 // calls Options.Unblock once. A second call returns at once. Every future
 // Raft has not answered by then is answered ErrShutdown (endsAtShutdown).
 func (p *Raft) Shutdown() error {
-	defer p.shutOnce.Do(func() { close(p.shut) })
+	defer p.shutOnce.Do(p.closeShut)
 	sf := p.r.Shutdown()
 	shut := make(chan error, 1)
 	go func() { shut <- sf.Error() }() // returns once every Raft goroutine ended
@@ -303,6 +306,17 @@ func (p *Raft) Shutdown() error {
 		return err
 	}
 	return nil
+}
+
+// closeShut closes shut and ends every in-place wait in progress; a wait
+// that registers later sees shut closed (waitInPlace).
+func (p *Raft) closeShut() {
+	close(p.shut)
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	for w := range p.ends {
+		w.end()
+	}
 }
 
 // Close shuts Raft down, records the log's high-water mark and closes the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -230,5 +231,73 @@ func TestEveryFutureEndsAtShutdown(t *testing.T) {
 	after := m.r.Apply(nil, time.Second) // an errorFuture
 	if endsAtShutdown(after, shut) != after || after.Error() == nil {
 		t.Fatal("an errorFuture changed")
+	}
+}
+
+// A proposal is waited for on the proposer's own goroutine
+// (waitInPlace): its context ending still ends the wait at once with an
+// unknown outcome — not a shutdown — while Raft holds the entry, and
+// leaves nothing registered behind; Raft's answer to a later proposal
+// still reaches its proposer.
+func TestProposeEndsWithItsContext(t *testing.T) {
+	dir, err := datadir.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	fsm := ticket.New(500)
+	r, err := Open(Options{
+		Dir: dir, FSM: fsm, LocalID: "solo", RequireVoter: true, Logger: testLogger(t),
+		Bootstrap: &raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: "solo", Address: "solo"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	waitFor(t, "leadership", 10*time.Second, func() bool { return r.Raft().State() == raft.Leader })
+	propose(t, r, ticket.Entry{Op: ticket.OpInit, DeltaMs: 500})
+	entered, release := make(chan struct{}), make(chan struct{})
+	fsm.OnChange(func(name string) {
+		if name == "hold" {
+			close(entered)
+			<-release // the FSM goroutine waits here, inside Apply
+		}
+	})
+	now := uint64(time.Now().UnixMilli())
+	grant := func(name string) []byte {
+		b, err := ticket.EncodeEntry(&ticket.Entry{Op: ticket.OpGrant, NowMs: now, RecvMs: now, Name: name, Holder: "h", LeaseS: 30, ExpiryMs: now + 30_000 + 500})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	held := make(chan error, 1)
+	go func() {
+		_, err := r.Propose(context.Background(), grant("hold"))
+		held <- err
+	}()
+	<-entered
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = r.Propose(ctx, grant("late"))
+	if !errors.Is(err, ErrUnknownOutcome) || errors.Is(err, ErrShutdown) || !strings.Contains(fmt.Sprint(err), context.DeadlineExceeded.Error()) {
+		t.Errorf("a proposal whose context ended while Raft held it: %v; want an unknown outcome naming the deadline, not a shutdown", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the proposal returned %v after its 100 ms context", took)
+	}
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatalf("the held proposal: %v", err)
+	}
+	if res, err := r.Propose(context.Background(), grant("after")); err != nil || res.Code != ticket.CodeOK {
+		t.Fatalf("a proposal after: %+v %v", res, err)
+	}
+	r.wmu.Lock()
+	left := len(r.ends)
+	r.wmu.Unlock()
+	if left != 0 {
+		t.Errorf("%d in-place waits still registered after every proposal returned", left)
 	}
 }
