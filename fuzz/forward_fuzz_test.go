@@ -33,6 +33,9 @@ func FuzzForwardFrames(f *testing.F) {
 	rv.Revoked = true
 	seed(forward.AppendResponse(15, forward.Response{Code: forward.CodeOK, Ticket: &rv}))
 	seed(forward.AppendResponse(16, forward.Response{Code: forward.CodeOK, List: &forward.List{Tickets: []forward.Ticket{tk, rv}}}))
+	wt := tk
+	wt.Waiters = 3
+	seed(forward.AppendResponse(17, forward.Response{Code: forward.CodeOK, List: &forward.List{Tickets: []forward.Ticket{tk, wt, rv}}}))
 	seed(forward.AppendResponse(11, forward.Response{Code: forward.CodeOK, Watched: &forward.Watched{Index: 12, Ticket: &tk}}))
 	seed(forward.AppendResponse(12, forward.Response{Code: forward.CodeOK, Watched: &forward.Watched{Index: 13}}))
 	seed(forward.AppendResponse(13, forward.Response{Code: forward.CodeOK, Ticket: &tk, WaitedMs: 1500}))

@@ -101,7 +101,8 @@ func naiveForwardRequest(b []byte) (uint64, forward.Request, bool) {
 	return id, r, true
 }
 
-// ticket reads one ticket; flagged: with its flags byte (0 or 1, revoked).
+// ticket reads one ticket; flagged: with its flags byte (bit 0 revoked,
+// bit 1 a u32 count of waiters > 0 follows).
 func (n *naiveReader) ticket(flagged bool) forward.Ticket {
 	t := forward.Ticket{Name: n.str(), Holder: n.str()}
 	n.num(&t.Token)
@@ -112,13 +113,22 @@ func (n *naiveReader) ticket(flagged bool) forward.Ticket {
 	if flagged {
 		var f uint8
 		n.num(&f)
-		if f > 1 {
+		if f > 3 {
 			n.ok = false
 		}
-		t.Revoked = f == 1
+		t.Revoked = f&1 == 1
+		if f&2 == 2 {
+			n.num(&t.Waiters)
+			if t.Waiters == 0 {
+				n.ok = false
+			}
+		}
 	}
 	return t
 }
+
+// marked: the ticket has a flag set (revoked, or waiters).
+func marked(t forward.Ticket) bool { return t.Revoked || t.Waiters > 0 }
 
 func naiveForwardResponse(b []byte) (uint64, forward.Response, bool) {
 	if len(b) > forward.MaxFrame {
@@ -128,7 +138,7 @@ func naiveForwardResponse(b []byte) (uint64, forward.Response, bool) {
 	id := n.header(2)
 	var code uint8
 	n.num(&code)
-	if code > 9 {
+	if code > 9 || code == 7 || code == 8 { // 7 and 8 retired (never sent, refused)
 		return 0, forward.Response{}, false
 	}
 	r := forward.Response{Code: forward.Code(code), Message: n.str(), Stage: n.str(), Reason: n.str(), Holder: n.str()}
@@ -136,7 +146,7 @@ func naiveForwardResponse(b []byte) (uint64, forward.Response, bool) {
 	var tag uint8
 	n.num(&tag)
 	// Tags 17, 18, 19 and 20 are 1 to 4 whose tickets end with a flags
-	// byte; used only when a ticket is revoked.
+	// byte; used only when a ticket is revoked or has waiters.
 	flagged := tag >= 17 && tag <= 20
 	if flagged {
 		tag -= 16
@@ -147,10 +157,10 @@ func naiveForwardResponse(b []byte) (uint64, forward.Response, bool) {
 	case 1:
 		t := n.ticket(flagged)
 		r.Ticket = &t
-		revoked = t.Revoked
+		revoked = marked(t)
 	case 4: // ticket, waited_ms > 0
 		t := n.ticket(flagged)
-		revoked = t.Revoked
+		revoked = marked(t)
 		r.Ticket = &t
 		n.num(&r.WaitedMs)
 		if r.WaitedMs == 0 {
@@ -162,7 +172,7 @@ func naiveForwardResponse(b []byte) (uint64, forward.Response, bool) {
 		l := &forward.List{}
 		for i := uint32(0); i < count && n.ok; i++ {
 			l.Tickets = append(l.Tickets, n.ticket(flagged))
-			revoked = revoked || l.Tickets[i].Revoked
+			revoked = revoked || marked(l.Tickets[i])
 		}
 		var tr uint8
 		n.num(&tr)
@@ -182,7 +192,7 @@ func naiveForwardResponse(b []byte) (uint64, forward.Response, bool) {
 		if held == 1 {
 			t := n.ticket(flagged)
 			w.Ticket = &t
-			revoked = t.Revoked
+			revoked = marked(t)
 		}
 		r.Watched = w
 	default:

@@ -185,7 +185,7 @@ var forwardOps = map[ticket.Op]forward.Op{ticket.OpGrant: forward.OpGrant, ticke
 
 func wireTicket(t ticket.Ticket, recvMs uint64) forward.Ticket {
 	ft := forward.Ticket{Name: t.Name, Holder: t.Holder, Token: t.Token, LeaseS: uint32(t.LeaseS),
-		ConservativeValidBeforeUnixMs: t.ValidBeforeMs, ServerExpiryUnixMs: t.ExpiryMs, Revoked: t.Revoked}
+		ConservativeValidBeforeUnixMs: t.ValidBeforeMs, ServerExpiryUnixMs: t.ExpiryMs, Revoked: t.Revoked, Waiters: t.Waiters}
 	if recvMs > 0 && t.ValidBeforeMs > recvMs {
 		ft.RemainingMs = t.ValidBeforeMs - recvMs
 	}
@@ -197,7 +197,7 @@ func localTicket(ft *forward.Ticket) ticket.Ticket {
 		return ticket.Ticket{}
 	}
 	return ticket.Ticket{Name: ft.Name, Holder: ft.Holder, Token: ft.Token, LeaseS: uint8(min(ft.LeaseS, 255)),
-		ValidBeforeMs: ft.ConservativeValidBeforeUnixMs, ExpiryMs: ft.ServerExpiryUnixMs, Revoked: ft.Revoked}
+		ValidBeforeMs: ft.ConservativeValidBeforeUnixMs, ExpiryMs: ft.ServerExpiryUnixMs, Revoked: ft.Revoked, Waiters: ft.Waiters}
 }
 
 // mismatchCodes travel as forward.CodeMismatch with the ticket code's name

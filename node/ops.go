@@ -187,6 +187,7 @@ func (n *Node) listLocal(ctx context.Context, prefix string, limit int) ([]ticke
 		return nil, false, err
 	}
 	ts, more := n.fsm.List(prefix, limit)
+	n.waits.queued(ts)
 	return ts, more, nil
 }
 

@@ -345,6 +345,16 @@ func (h *waitHub) reserve(watch bool, caller string) (func(), error) {
 	}, nil
 }
 
+// queued sets each listed ticket's Waiters: the blocking grants queued
+// for it on this node (the leader holds every queue).
+func (h *waitHub) queued(ts []ticket.Ticket) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := range ts {
+		ts[i].Waiters = uint32(min(len(h.queues[ts[i].Name]), 1<<32-1))
+	}
+}
+
 // counts returns the waiters and watchers held now (metrics, tests).
 func (h *waitHub) counts() (waiters, watchers int) {
 	h.mu.Lock()

@@ -9,6 +9,6 @@ import (
 func TicketFrom(t ticket.Ticket) wire.Ticket {
 	return wire.Ticket{
 		Name: t.Name, Holder: t.Holder, Token: t.Token, LeaseS: t.LeaseS,
-		ConservativeValidBeforeUnixMs: t.ValidBeforeMs, ServerExpiryUnixMs: t.ExpiryMs, Revoked: t.Revoked,
+		ConservativeValidBeforeUnixMs: t.ValidBeforeMs, ServerExpiryUnixMs: t.ExpiryMs, Revoked: t.Revoked, Waiters: t.Waiters,
 	}
 }

@@ -20,7 +20,7 @@ func (*ticketsBackend) List(context.Context, string, int) ([]ticket.Ticket, bool
 	exp := uint64(time.Now().Add(time.Minute).UnixMilli())
 	return []ticket.Ticket{
 		{Name: "build-lock", Holder: "ci-7", Token: 42, LeaseS: 30, ValidBeforeMs: exp - 500, ExpiryMs: exp, Revoked: true},
-		{Name: "deploy", Holder: "alice", Token: 43, LeaseS: 60, ValidBeforeMs: exp - 500, ExpiryMs: exp},
+		{Name: "deploy", Holder: "alice", Token: 43, LeaseS: 60, ValidBeforeMs: exp - 500, ExpiryMs: exp, Waiters: 3},
 	}, false, nil
 }
 
@@ -58,7 +58,7 @@ func renderPage(t *testing.T, browser, url, query, token string) string {
 // Chromium renders /ui/ from a server whose tickets include a revoked one;
 // the ticket table marks that row revoked and only that one, under the
 // page's CSP (nothing else may run); the filter (?q=) keeps the tickets
-// whose name or holder matches.
+// whose name or holder matches; each row shows its waiters.
 func TestStatusPageShowsRevokedInChromium(t *testing.T) {
 	browser := chromium(t)
 	const adminTok = "admin-token-0123456789abcdef012345"
@@ -76,7 +76,7 @@ func TestStatusPageShowsRevokedInChromium(t *testing.T) {
 	if r := row(dom, "build-lock"); !regexp.MustCompile(`^<td>build-lock</td><td>ci-7</td><td class="num">42</td><td class="num[^"]*" title="[^"]+">\d+ s</td><td class="num">30 s</td><td><span class="pill bad">revoked</span></td>`).MatchString(r) {
 		t.Errorf("the revoked ticket's row: %q\n%s", r, dom)
 	}
-	if r := row(dom, "deploy"); !strings.Contains(r, `<td class="num">60 s</td><td class="muted">-</td>`) || strings.Contains(r, "revoked") {
+	if r := row(dom, "deploy"); !strings.Contains(r, `<td class="num">60 s</td><td class="muted">-</td><td class="num leader" title="blocking grants queued for it on the leader">3</td>`) || strings.Contains(r, "revoked") {
 		t.Errorf("the held ticket's row: %q", r)
 	}
 	if strings.Contains(dom, adminTok) {

@@ -24,6 +24,10 @@ type Ticket struct {
 	// longer Renew; it frees at ExpiryMs (Expire) or by its holder's
 	// Release, never earlier.
 	Revoked bool
+	// Waiters is not state: the blocking grants (SPEC §4.2) queued for it
+	// on the leader when it was listed (List answers fill it); never in
+	// an entry or a snapshot, always 0 from the FSM.
+	Waiters uint32
 }
 
 // Code is the outcome of applying one entry.

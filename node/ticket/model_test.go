@@ -30,7 +30,7 @@ func (m *naive) step(index uint64, e Entry) Code {
 			}
 			return CodeExisting
 		}
-		m.tickets[e.Name] = Ticket{e.Name, e.Holder, index, e.LeaseS, e.RecvMs + 1000*uint64(e.LeaseS), e.NowMs + 1000*uint64(e.LeaseS) + m.delta, false}
+		m.tickets[e.Name] = Ticket{e.Name, e.Holder, index, e.LeaseS, e.RecvMs + 1000*uint64(e.LeaseS), e.NowMs + 1000*uint64(e.LeaseS) + m.delta, false, 0}
 		m.issued = index
 		return CodeOK
 	case OpRenew, OpRelease:

@@ -79,6 +79,9 @@ type Ticket struct {
 	// longer renew it and must stop using the token; it frees at its
 	// server-side expiry, or earlier by its holder's release.
 	Revoked bool `json:"revoked,omitempty"`
+	// Waiters (lists only): blocking grants queued for it on the leader
+	// (SPEC §4.2).
+	Waiters uint32 `json:"waiters,omitempty"`
 }
 
 // TicketList is the answer to GET /v1/tickets.

@@ -114,7 +114,8 @@ type Ticket struct {
 	ConservativeValidBeforeUnixMs uint64
 	ServerExpiryUnixMs            uint64
 	RemainingMs                   uint64
-	Revoked                       bool // SPEC §4 (Revoke)
+	Revoked                       bool   // SPEC §4 (Revoke)
+	Waiters                       uint32 // blocking grants queued on the leader (SPEC §4.2; lists only)
 }
 
 // Watched is the answer to a watch: the ticket's modify index and the
@@ -166,11 +167,13 @@ const (
 	bodyWatch  = 3 // u64 index, bool held, then the ticket when held
 	bodyWaited = 4 // a ticket, then u64 waited_ms (> 0)
 	// bodyFlagged, or'ed into a tag with tickets, says each ticket ends
-	// with a u8 of flags (bit 0: revoked). A body is flagged only when one
-	// of its tickets has a flag set, so a peer of the release before
-	// revocations reads every answer that holds none.
+	// with a u8 of flags (bit 0: revoked; bit 1: a u32 > 0 follows, the
+	// blocking grants queued on the leader for it). A body is flagged only
+	// when one of its tickets has a flag set, so a peer of the release
+	// before revocations reads every answer that holds none.
 	bodyFlagged = 0x10
 	flagRevoked = 1
+	flagWaiters = 2
 )
 
 // Decoding errors. Every decode failure wraps ErrMalformed.
@@ -336,7 +339,13 @@ func (e *enc) ticket(t Ticket) {
 		if t.Revoked {
 			f |= flagRevoked
 		}
+		if t.Waiters > 0 {
+			f |= flagWaiters
+		}
 		e.u8(f)
+		if t.Waiters > 0 {
+			e.u32(t.Waiters)
+		}
 	}
 }
 
@@ -352,7 +361,7 @@ func (r *Response) flagged() bool {
 		ts = []Ticket{*r.Watched.Ticket}
 	}
 	for _, t := range ts {
-		if t.Revoked {
+		if t.Revoked || t.Waiters > 0 {
 			return true
 		}
 	}
@@ -534,10 +543,15 @@ func (d *dec) ticket() Ticket {
 	if d.flagged {
 		switch f := d.u8("ticket flags"); {
 		case d.err != nil:
-		case f&^flagRevoked != 0:
+		case f&^(flagRevoked|flagWaiters) != 0:
 			d.err = malformed("ticket flags %#02x: unknown bits", f)
 		default:
 			t.Revoked = f&flagRevoked != 0
+			if f&flagWaiters != 0 {
+				if t.Waiters = d.u32("ticket waiters"); t.Waiters == 0 && d.err == nil {
+					d.err = malformed("waiters 0 under the waiters flag")
+				}
+			}
 		}
 	}
 	return t

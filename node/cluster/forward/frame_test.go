@@ -211,6 +211,32 @@ func TestErrorIs(t *testing.T) {
 	}
 }
 
+// A ticket's waiters (SPEC §4.2, the status page's ticket table) travel
+// under the flags byte's bit 1 as a u32 > 0; a list without any is
+// encoded as before; a zero count under the bit, or a cut count, is
+// malformed.
+func TestWaitersFlag(t *testing.T) {
+	tk := Ticket{Name: "n", Holder: "h", Token: 1}
+	wt := tk
+	wt.Waiters = 7
+	plain, _ := AppendResponse(1, Response{Code: CodeOK, List: &List{Tickets: []Ticket{tk, tk}}})
+	b, err := AppendResponse(1, Response{Code: CodeOK, List: &List{Tickets: []Ticket{tk, wt}}})
+	if err != nil || len(b) != len(plain)+2+4 {
+		t.Fatalf("list with waiters: %d bytes (%v), plain %d: want a flags byte per ticket and a u32", len(b), err, len(plain))
+	}
+	_, r, err := ParseResponse(b)
+	if err != nil || r.List == nil || r.List.Tickets[0].Waiters != 0 || r.List.Tickets[1].Waiters != 7 {
+		t.Fatalf("parsed %+v %v", r.List, err)
+	}
+	zero := append(append([]byte(nil), b[:len(b)-5]...), 0, 0, 0, 0, 0) // count 0, truncated flag
+	cut := append(append([]byte(nil), b[:len(b)-3]...), 0)               // the count cut short
+	for name, bad := range map[string][]byte{"zero count": zero, "cut count": cut} {
+		if _, _, err := ParseResponse(bad); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
 // SPEC §4 (Revoke): a revoked ticket travels with a flags byte under a
 // flagged body tag; an answer without one is encoded exactly as before
 // revocations (a peer of the previous release reads it); a flagged body
@@ -233,7 +259,7 @@ func TestRevokedFlag(t *testing.T) {
 	}
 	for name, b := range map[string][]byte{
 		"no flag set":  append(append([]byte(nil), flagged[:len(flagged)-1]...), 0),
-		"unknown bit":  append(append([]byte(nil), flagged[:len(flagged)-1]...), 3),
+		"unknown bit":  append(append([]byte(nil), flagged[:len(flagged)-1]...), 5),
 		"flagged none": append(append([]byte(nil), flagged[:tagAt]...), bodyFlagged),
 	} {
 		if _, _, err := ParseResponse(b); !errors.Is(err, ErrMalformed) {
