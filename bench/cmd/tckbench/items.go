@@ -18,8 +18,8 @@ import (
 //
 //	load       ticketd vs etcd (main.go)
 //	agent      the agent vs a bare one-line TCP server (agentfloor.go)
-//	failover   clock-failure, ticketd and etcd kill -9 failover
-//	           (clockfailover.go, failover.go)
+//	failover   clock-failure, ticketd and etcd kill -9 and lost-machine
+//	           failover (clockfailover.go, failover.go)
 //	tightness  the node's running bound vs chrony's root distance
 //	           (tightness.go)
 //	scale      active tickets: RSS, snapshot, restore, a new node's
@@ -46,7 +46,7 @@ type itemOptions struct {
 func (it itemOptions) on(section string) bool { return slices.Contains(it.sections, section) }
 
 // allFailoverKinds are -failover-kinds' names.
-var allFailoverKinds = []string{"clock", "ticketd", "etcd"}
+var allFailoverKinds = []string{"clock", "ticketd", "etcd", "ticketd-lost", "etcd-lost"}
 
 // failoverOf reports whether the failover section runs kind.
 func (it itemOptions) failoverOf(kind string) bool {
@@ -57,7 +57,7 @@ func (it itemOptions) failoverOf(kind string) bool {
 // validates and parses them after fs.Parse (an error names the flag).
 func addItemFlags(fs *flag.FlagSet, o *itemOptions) func() error {
 	sections := fs.String("sections", strings.Join(allSections, ","), "sections to run (comma-separated): "+strings.Join(allSections, ", "))
-	kinds := fs.String("failover-kinds", strings.Join(allFailoverKinds, ","), "failover section: which failovers (comma-separated): clock (FAILED leader, planned transfer), ticketd and etcd (kill -9 of the leader)")
+	kinds := fs.String("failover-kinds", strings.Join(allFailoverKinds, ","), "failover section: which failovers (comma-separated): clock (FAILED leader, planned transfer), ticketd and etcd (kill -9 of the leader), ticketd-lost and etcd-lost (the leader's machine lost: its network namespace's link down; needs root and ip)")
 	agentClients := fs.String("agent-clients", "1,16,64,256", "agent section: concurrent clients (comma-separated)")
 	fs.DurationVar(&o.agentDuration, "agent-duration", time.Second, "agent section: measured time per target per round")
 	fs.DurationVar(&o.agentWarmup, "agent-warmup", 300*time.Millisecond, "agent section: unmeasured time before each measurement")
@@ -168,7 +168,7 @@ type itemResults struct {
 }
 
 // runItems runs the agent, clock-failover and tightness sections (the
-// kill -9 failover runs with the load clusters in bench).
+// kill -9 and lost-machine failovers run in bench, failovers).
 func runItems(ctx context.Context, e *env, o options, stdout io.Writer) (itemResults, error) {
 	var r itemResults
 	if o.items.on("agent") {

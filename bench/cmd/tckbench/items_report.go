@@ -46,7 +46,7 @@ func writeClockFailover(w io.Writer, r itemResults, fos []failoverResult) {
 		fmt.Fprintf(w, "Target (clock-failure failover ≤ %v median): %s (%v).", clockTarget, met(med <= clockTarget), med.Round(time.Millisecond))
 		for _, f := range fos {
 			if km, _ := f.summary(); km > 0 {
-				fmt.Fprintf(w, " Against %s kill -9: %.2f× its median.", f.Target, float64(med)/float64(km))
+				fmt.Fprintf(w, " Against %s: %.2f× its median.", f.label(), float64(med)/float64(km))
 			}
 		}
 		fmt.Fprintln(w)

@@ -21,7 +21,9 @@
 // all by default): agent — the real agent vs a bare one-line TCP server
 // (agentfloor.go); failover — the leader's clock going bad (a planned
 // transfer, clockfailover.go) beside kill -9 of ticketd's and etcd's
-// leaders (failover.go), -failover trials each; tightness — each node's
+// leaders and the loss of the leader's machine (failover.go: a fresh
+// cluster per trial, network namespaces for the lost machine), -failover
+// trials each; tightness — each node's
 // running bound vs chrony's root distance with a real chronyd -x pair
 // (tightness.go); scale — fresh 3-node clusters filled with -scale active
 // tickets: RSS, snapshot size and time, restore time, a new node's
@@ -118,7 +120,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.strace, "strace", false, "diagnostics: count each leader's fsyncs per Raft entry with strace (slows the servers: not for the figures)")
 	fs.BoolVar(&o.h2c, "h2c", false, "experiment: ticketd clients speak HTTP/2 without TLS (the ticketd built must accept h2c)")
 	fs.BoolVar(&o.h2cCompare, "h2c-compare", false, "experiment: also measure each ticketd with h2c clients, beside the HTTP/1.1 ones")
-	fs.IntVar(&o.failover, "failover", 3, "failover section: trials of each kind — clock FAILED, ticketd and etcd kill -9 (the issue's figure: 20; 0: none)")
+	fs.IntVar(&o.failover, "failover", 3, "failover section: trials of each kind (-failover-kinds), a fresh cluster each (the issue's figure: 20; 0: none)")
 	checkItems := addItemFlags(fs, &o.items)
 	fs.StringVar(&o.ticketdClient, "ticketd-client", "both", "ticketd's load client: per-request (one HTTP request per op), coalesced (concurrent ops batched, POST /v1/batch) or both (two rows per ticketd, same processes)")
 	coalesce := fs.String("coalesce", strconv.Itoa(load.DefaultCoalesce), "batches in flight of the coalesced ticketd client (comma-separated: one coalesced row per value, to tune it in one run)")
@@ -162,7 +164,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = errors.New("-contended-clients must be ≥ 0 and -contended-names ≥ 1")
 	case o.only != "" && o.only != "etcd" && o.only != "ticketd":
 		err = fmt.Errorf("-only: %q is neither etcd nor ticketd", o.only)
-	case o.only != "ticketd" && o.etcd == "" && (o.items.on("load") || o.items.failoverOf("etcd")):
+	case o.only != "ticketd" && o.etcd == "" && (o.items.on("load") || o.items.failoverOf("etcd") || o.items.failoverOf("etcd-lost")):
 		err = errors.New("-etcd: no etcd binary on PATH; install Debian's etcd-server")
 	}
 	if err != nil {
@@ -282,8 +284,8 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "tckbench: starting servers (data in %s)\n", dir)
 	var servers []*server
 	for _, n := range o.nodes {
-		if !o.items.on("load") && (n != 3 || o.failover == 0) {
-			continue // without the load only the kill -9 failover needs these
+		if !o.items.on("load") {
+			continue
 		}
 		systems := []string{"etcd", "ticketd"}
 		if o.baselineRepo != "" {
@@ -291,7 +293,7 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		}
 		for _, sys := range systems {
 			kind := strings.Replace(sys, "baseline", "ticketd", 1)
-			if (o.only != "" && o.only != kind) || (!o.items.on("load") && !o.items.failoverOf(kind)) || (sys == "baseline" && !o.items.on("load")) {
+			if o.only != "" && o.only != kind {
 				continue
 			}
 			var s *server
@@ -331,13 +333,8 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		}
 		all = append(all, ms...)
 	}
-	var fos []failoverResult
-	for _, s := range servers {
-		if o.failover > 0 && s.nodes == 3 && !s.h2c && !s.dup && o.items.failoverOf(strings.Split(s.system, "-")[0]) {
-			fos = append(fos, failover(ctx, e, s, o.failover, stdout))
-		}
-	}
-	e.stopAll() // the load clusters: idle, they would only add noise below
+	e.stopAll()                         // the load clusters: idle, they would only add noise below
+	fos := failovers(ctx, e, o, stdout) // fresh clusters (failover.go)
 	items, err := runItems(ctx, e, o, stdout)
 	if err != nil {
 		return withLogs(err, e)

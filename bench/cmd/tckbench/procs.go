@@ -16,8 +16,6 @@ import (
 
 	"github.com/tckclk/tckclk/internal/clustertest"
 	"github.com/tckclk/tckclk/node/api/client"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // clockFlags widen the cluster nodes' clock limits for a machine loaded by
@@ -176,57 +174,7 @@ type server struct {
 // startEtcd starts an n-member etcd cluster (fsync on: etcd's default) and
 // returns it with the leader's client endpoint.
 func (e *env) startEtcd(ctx context.Context, n int) (*server, error) {
-	ports, err := clustertest.FreePorts(2 * n)
-	if err != nil {
-		return nil, err
-	}
-	var initial []string
-	for i := range n {
-		initial = append(initial, fmt.Sprintf("e%d=http://127.0.0.1:%d", i+1, ports[n+i]))
-	}
-	s := &server{label: fmt.Sprintf("etcd ×%d", n), system: "etcd", nodes: n}
-	var eps []string
-	for i := range n {
-		name := fmt.Sprintf("e%d", i+1)
-		cu, pu := fmt.Sprintf("http://127.0.0.1:%d", ports[i]), fmt.Sprintf("http://127.0.0.1:%d", ports[n+i])
-		p, err := e.start(fmt.Sprintf("etcd%d-%s", n, name), nil, e.etcd, "--name", name,
-			"--data-dir", filepath.Join(e.dir, fmt.Sprintf("etcd%d-%s", n, name)),
-			"--listen-client-urls", cu, "--advertise-client-urls", cu,
-			"--listen-peer-urls", pu, "--initial-advertise-peer-urls", pu,
-			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
-			"--initial-cluster-token", fmt.Sprintf("tckbench-%d", n), "--logger", "zap", "--log-level", "error")
-		if err != nil {
-			return nil, err
-		}
-		s.procs = append(s.procs, p)
-		eps = append(eps, fmt.Sprintf("127.0.0.1:%d", ports[i]))
-	}
-	s.addrs = eps
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return nil, err
-	}
-	defer cli.Close()
-	err = poll(ctx, 60*time.Second, s.procs, func() error {
-		for _, ep := range eps {
-			sctx, cancel := context.WithTimeout(ctx, time.Second)
-			st, err := cli.Status(sctx, ep)
-			cancel()
-			if err != nil {
-				return err
-			}
-			if st.Leader != 0 && st.Leader == st.Header.MemberId {
-				s.endpoint = ep
-				s.leader = slices.Index(eps, ep)
-				return nil
-			}
-		}
-		return errors.New("no leader yet")
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", s.label, err)
-	}
-	return s, nil
+	return e.startEtcdHosts(ctx, fmt.Sprintf("etcd%d", n), slices.Repeat([]string{"127.0.0.1"}, n), nil)
 }
 
 // startDevAgent starts `tckclk-agent --dev` and waits for its source to
@@ -375,9 +323,18 @@ func (e *env) startTicketdSpec(ctx context.Context, spec clusterSpec) (*server, 
 		}
 	}
 	s.addrs = urls
+	if err := waitTicketd(ctx, s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// waitTicketd waits until every node of s is ready and one leads, and
+// sets s.endpoint and s.leader.
+func waitTicketd(ctx context.Context, s *server) error {
 	err := poll(ctx, 120*time.Second, s.procs, func() error {
 		leader := ""
-		for i, u := range urls {
+		for i, u := range s.addrs {
 			c, err := client.New(u)
 			if err != nil {
 				return err
@@ -403,9 +360,9 @@ func (e *env) startTicketdSpec(ctx context.Context, spec clusterSpec) (*server, 
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", s.label, err)
+		return fmt.Errorf("%s: %w", s.label, err)
 	}
-	return s, nil
+	return nil
 }
 
 // clusterArgs is cluster node name's command line before any extra

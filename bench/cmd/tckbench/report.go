@@ -7,9 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
-	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -150,57 +148,46 @@ func writeReport(o options, m meta, all []measured, fos []failoverResult, items 
 	fmt.Fprintf(w, "- CPU: seconds per 1,000 cycles over exactly the measured window: each server process from /proc/PID/stat (utime+stime; for 3 nodes in node order, the leader marked L), the load generator (this process, both systems' clients are Go), and the whole machine's busy time from /proc/stat (includes other users of the machine).\n\n")
 
 	fmt.Fprintf(w, "The bottleneck analysis (CPU and block profiles, fsyncs and syscalls per cycle, the experiments) is in [findings.md](findings.md), written from the `-profile` / `-strace` runs.\n\n")
-	fmt.Fprintf(w, "## Ratios ticketd / etcd\n\nThroughput is acquisitions per second (in the contended workload most attempts find the lock held; latency there is per attempt).\n\n")
-	fmt.Fprintf(w, "The machine's busy share (last column of the figures) shows whether it was saturated: at ~100%% the other users of the shared machine take whatever the servers leave, so machine CPU per cycle is then an upper bound, not a cost.\n\n")
-	fmt.Fprintf(w, "| workload | clients | target | throughput | p50 | p99 | p99.9 | server CPU/cycle | machine CPU/cycle | target (3 nodes spread, 64/256: ≥ %.1f× throughput, p99 ≤ %.1f×) |\n|---|---|---|---|---|---|---|---|---|---|\n", targetThroughput, targetP99)
-	for _, p := range pairs(all) {
-		if p.etcd == nil || p.tckd == nil {
-			continue
-		}
-		e, t := p.etcd, p.tckd
-		tgt := ""
-		if tp, p99, ok := targetMet(p); ok {
-			tgt = fmt.Sprintf("throughput %s, p99 %s", met(tp), met(p99))
-		}
-		fmt.Fprintf(w, "| %s | %d | %s | %s | %.2f× | %.2f× | %.2f× | %.2f× | %.2f× | %s |\n", p.workload, p.clients, t.Target,
-			times(acquiredPerS(t), acquiredPerS(e)), ratio(t.Result.P50Ms, e.Result.P50Ms), ratio(t.Result.P99Ms, e.Result.P99Ms), ratio(t.Result.P999Ms, e.Result.P999Ms),
-			ratio(per1k(t.CPU.server(), t.Result.Cycles), per1k(e.CPU.server(), e.Result.Cycles)),
-			ratio(per1k(t.CPU.Busy, t.Result.Cycles), per1k(e.CPU.Busy, e.Result.Cycles)), tgt)
-	}
-	fmt.Fprintf(w, "\n## Figures\n\n")
-	fmt.Fprintf(w, "| workload | clients | target | cycles/s | acquired/s | p50 ms | p99 ms | p99.9 ms | errors | server CPU s/1k (per process) | client CPU s/1k | machine CPU s/1k | machine busy |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, x := range all {
-		r := x.Result
-		var procs []string
-		for i, p := range x.CPU.Procs {
-			mark := ""
-			if i == x.Leader && len(x.CPU.Procs) > 1 {
-				mark = "L "
+	if len(all) > 0 { // a run of other sections only has no load tables
+		fmt.Fprintf(w, "## Ratios ticketd / etcd\n\nThroughput is acquisitions per second (in the contended workload most attempts find the lock held; latency there is per attempt).\n\n")
+		fmt.Fprintf(w, "The machine's busy share (last column of the figures) shows whether it was saturated: at ~100%% the other users of the shared machine take whatever the servers leave, so machine CPU per cycle is then an upper bound, not a cost.\n\n")
+		fmt.Fprintf(w, "| workload | clients | target | throughput | p50 | p99 | p99.9 | server CPU/cycle | machine CPU/cycle | target (3 nodes spread, 64/256: ≥ %.1f× throughput, p99 ≤ %.1f×) |\n|---|---|---|---|---|---|---|---|---|---|\n", targetThroughput, targetP99)
+		for _, p := range pairs(all) {
+			if p.etcd == nil || p.tckd == nil {
+				continue
 			}
-			procs = append(procs, fmt.Sprintf("%s%.3f", mark, per1k(p, r.Cycles)))
+			e, t := p.etcd, p.tckd
+			tgt := ""
+			if tp, p99, ok := targetMet(p); ok {
+				tgt = fmt.Sprintf("throughput %s, p99 %s", met(tp), met(p99))
+			}
+			fmt.Fprintf(w, "| %s | %d | %s | %s | %.2f× | %.2f× | %.2f× | %.2f× | %.2f× | %s |\n", p.workload, p.clients, t.Target,
+				times(acquiredPerS(t), acquiredPerS(e)), ratio(t.Result.P50Ms, e.Result.P50Ms), ratio(t.Result.P99Ms, e.Result.P99Ms), ratio(t.Result.P999Ms, e.Result.P999Ms),
+				ratio(per1k(t.CPU.server(), t.Result.Cycles), per1k(e.CPU.server(), e.Result.Cycles)),
+				ratio(per1k(t.CPU.Busy, t.Result.Cycles), per1k(e.CPU.Busy, e.Result.Cycles)), tgt)
 		}
-		fmt.Fprintf(w, "| %s | %d | %s | %.0f | %.0f | %.2f | %.2f | %.2f | %d | %.3f (%s) | %.3f | %.3f | %.0f%% |\n", x.Workload, r.Clients, x.Target,
-			r.CyclesPerS, float64(r.Acquired)/r.Seconds, r.P50Ms, r.P99Ms, r.P999Ms, r.Errors,
-			per1k(x.CPU.server(), r.Cycles), strings.Join(procs, " / "), per1k(x.CPU.Client, r.Cycles), per1k(x.CPU.Busy, r.Cycles), 100*ratio(x.CPU.Busy, x.CPU.Total))
-	}
-	fmt.Fprintf(w, "\n")
-	for _, p := range plots {
-		fmt.Fprintf(w, "![%s](%s)\n\n", p, p)
-	}
-	if len(fos) > 0 || items.Clock != nil {
-		fmt.Fprintf(w, "## Failover (3 nodes): kill -9 of the leader, and the leader's clock going bad\n\n")
-		fmt.Fprintf(w, "Time from `kill -9` of the leader to the first successful lock cycle through the surviving nodes (overlapping probes, a new one every 10 ms, each allowed 10 s, so one blocked through the election answers as soon as the new leader commits it; ticketd: Grant+Release through a survivor, which forwards to the new leader; etcd: TryLock+Unlock with a session opened before the kill, client on the survivors). The killed node is restarted and the cluster is whole again before the next trial.\n\n")
-		fmt.Fprintf(w, "| target | trials | median | max | failed trials |\n|---|---|---|---|---|\n")
-		for _, f := range append(slices.Clone(fos), items.clockRow()...) {
-			med, mx := f.summary()
-			fmt.Fprintf(w, "| %s | %d | %v | %v | %d |\n", f.Target, len(f.Trials), med.Round(time.Millisecond), mx.Round(time.Millisecond), len(f.Errors))
+		fmt.Fprintf(w, "\n## Figures\n\n")
+		fmt.Fprintf(w, "| workload | clients | target | cycles/s | acquired/s | p50 ms | p99 ms | p99.9 ms | errors | server CPU s/1k (per process) | client CPU s/1k | machine CPU s/1k | machine busy |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, x := range all {
+			r := x.Result
+			var procs []string
+			for i, p := range x.CPU.Procs {
+				mark := ""
+				if i == x.Leader && len(x.CPU.Procs) > 1 {
+					mark = "L "
+				}
+				procs = append(procs, fmt.Sprintf("%s%.3f", mark, per1k(p, r.Cycles)))
+			}
+			fmt.Fprintf(w, "| %s | %d | %s | %.0f | %.0f | %.2f | %.2f | %.2f | %d | %.3f (%s) | %.3f | %.3f | %.0f%% |\n", x.Workload, r.Clients, x.Target,
+				r.CyclesPerS, float64(r.Acquired)/r.Seconds, r.P50Ms, r.P99Ms, r.P999Ms, r.Errors,
+				per1k(x.CPU.server(), r.Cycles), strings.Join(procs, " / "), per1k(x.CPU.Client, r.Cycles), per1k(x.CPU.Busy, r.Cycles), 100*ratio(x.CPU.Busy, x.CPU.Total))
 		}
-		if r := failoverRatio(fos); r != "" {
-			fmt.Fprintf(w, "\nRatio of medians ticketd/etcd: %s.\n", r)
-		}
-		writeClockFailover(w, items, fos)
 		fmt.Fprintf(w, "\n")
+		for _, p := range plots {
+			fmt.Fprintf(w, "![%s](%s)\n\n", p, p)
+		}
 	}
+	writeFailover(w, dir, base, fos, items) // failover_report.go
 	if err := writeItems(w, dir, base, items); err != nil {
 		return err
 	}
@@ -265,24 +252,6 @@ func writePlots(dir, base string, all []measured) (names []string, err error) {
 	return names, nil
 }
 
-// failoverRatio is ticketd's median over etcd's, "" without both.
-func failoverRatio(fos []failoverResult) string {
-	var e, t time.Duration
-	for _, f := range fos {
-		med, _ := f.summary()
-		switch f.Target {
-		case "etcd ×3":
-			e = med
-		case "ticketd ×3":
-			t = med
-		}
-	}
-	if e == 0 || t == 0 {
-		return ""
-	}
-	return fmt.Sprintf("%.2f× (%v vs %v)", float64(t)/float64(e), t.Round(time.Millisecond), e.Round(time.Millisecond))
-}
-
 func printSummary(w io.Writer, o options, all []measured, fos []failoverResult, items itemResults) {
 	fmt.Fprintf(w, "\nsummary (ratios ticketd/etcd, same run):\n")
 	for _, p := range pairs(all) {
@@ -300,13 +269,7 @@ func printSummary(w io.Writer, o options, all []measured, fos []failoverResult, 
 		}
 		fmt.Fprintln(w, line)
 	}
-	for _, f := range fos {
-		med, mx := f.summary()
-		fmt.Fprintf(w, "  failover %-10s kill -9 of the leader: median %v, max %v over %d trials (%d failed)\n", f.Target, med.Round(time.Millisecond), mx.Round(time.Millisecond), len(f.Trials), len(f.Errors))
-	}
-	if r := failoverRatio(fos); r != "" {
-		fmt.Fprintf(w, "  failover median ratio ticketd/etcd: %s\n", r)
-	}
+	printFailover(w, fos)
 	printItems(w, items)
 	_ = o
 }
