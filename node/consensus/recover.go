@@ -139,7 +139,9 @@ func WriteRecovered(to *datadir.Dir, fsm *ticket.FSM, info RecoverInfo, newID, a
 		_ = sink.Cancel()
 		return err
 	}
-	if err := persist(s, sink); err != nil {
+	err = persist(s, sink)
+	s.Release()
+	if err != nil {
 		return &datadir.Error{File: to.Snapshots(), Err: err}
 	}
 	store, err := openStore(to, kind, nil, nil)

@@ -170,7 +170,9 @@ func persist(snap *ticket.Snapshot, sink raft.SnapshotSink) error {
 	return sink.Close()
 }
 
-func (s *fsmSnapshot) Release() {}
+// Release lets the FSM change its tickets in place again (ticket.Snapshot
+// Release): Raft calls it once Persist returned.
+func (s *fsmSnapshot) Release() { s.s.Release() }
 
 // diskMeta is a snapshot's meta.json as raft's FileSnapshotStore writes
 // and reads it.

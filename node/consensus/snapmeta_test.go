@@ -328,7 +328,7 @@ func (o oldFormatSnapshot) Persist(sink raft.SnapshotSink) error {
 	return sink.Close()
 }
 
-func (oldFormatSnapshot) Release() {}
+func (o oldFormatSnapshot) Release() { o.s.Release() }
 
 // During a rolling upgrade a leader of the previous release sends
 // snapshots without a position: a follower of this release installs them

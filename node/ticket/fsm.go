@@ -6,20 +6,23 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/google/btree"
 )
 
-// Ticket is one held ticket.
+// Ticket is one held ticket. (The small fields sit together at the end:
+// 64 bytes, not 72, for each of millions of tickets.)
 type Ticket struct {
 	Name   string
 	Holder string
 	Token  uint64 // TokenFor(epoch, Raft index of the Grant entry)
-	LeaseS uint8
 	// ValidBeforeMs is conservative_valid_before_unix_ms: the proposer's
 	// receive time (rounded down) + lease_s×1000, never + Δ.
 	ValidBeforeMs uint64
 	// ExpiryMs is server_expiry_unix_ms: now (rounded up) + lease_s×1000 + Δ,
 	// absolute, never recomputed.
 	ExpiryMs uint64
+	LeaseS   uint8
 	// Revoked: an administrator revoked it (SPEC §4). The holder can no
 	// longer Renew; it frees at ExpiryMs (Expire) or by its holder's
 	// Release, never earlier.
@@ -91,13 +94,36 @@ func (e *ApplyError) Error() string {
 
 func (e *ApplyError) Unwrap() error { return e.Err }
 
+// item is one held ticket, in the FSM's map, tree and heap. While a
+// snapshot is pinned (taken, not yet released) its clone of the tree may
+// be reading any item made before it: a change then puts a changed copy
+// in the item's place (writable) instead of changing it. hidx, which no
+// snapshot reads, moves in place.
 type item struct {
 	Ticket
-	hidx int    // position in FSM.heap
 	mod  uint64 // modify index: the entry that last changed it (in memory only)
+	hidx int    // position in FSM.heap
 }
 
+func byName(a, b *item) bool { return a.Name < b.Name }
+
+// treeDegree is the tickets tree's B-tree degree: nodes of 31 to 63
+// items (pointers), a few levels for millions of tickets.
+const treeDegree = 32
+
+func newTree() *btree.BTreeG[*item] { return btree.NewG(treeDegree, byName) }
+
+// maxHolders bounds the holder strings the FSM interns.
+const maxHolders = 1 << 12
+
 // FSM is the ticket state machine. Build it with New.
+//
+// The tickets are held three ways: a map by name for lookups; a
+// copy-on-write B-tree (google/btree) ordered by name, which a snapshot
+// clones in O(1) under the lock and writes, in name order, while the FSM
+// goes on applying (only the tree nodes changed after the clone are
+// copied, and the items changed while the snapshot is pinned); a min-heap
+// by expiry for the leader's expiry loop.
 type FSM struct {
 	mu       sync.RWMutex
 	expect   uint64 // this node's configured Δ
@@ -105,9 +131,14 @@ type FSM struct {
 	index    uint64 // last applied command index
 	epoch    uint64 // token epoch (token.go)
 	maxToken uint64 // highest token issued (HighestToken)
-	tickets  map[string]*item
-	heap     []*item         // min-heap on ExpiryMs, for the leader's expiry loop
-	retired  map[string]bool // NodeIds retired by OpRetire (SPEC §3.4)
+	byName   map[string]*item
+	tickets  *btree.BTreeG[*item] // the same items in name order
+	pinned   int                  // snapshots taken and not yet released
+	heap     []*item              // min-heap on ExpiryMs, for the leader's expiry loop
+	retired  map[string]bool      // NodeIds retired by OpRetire (SPEC §3.4)
+	// holders interns holder strings: one client holds many tickets, and
+	// every entry decodes its own copy. Cleared when it reaches maxHolders.
+	holders map[string]string
 	// freed is the index of the last Release or Expire that applied (any
 	// name): the modify index reported for a ticket nobody holds.
 	freed    uint64
@@ -119,7 +150,36 @@ type FSM struct {
 
 // New returns an empty FSM for a node configured with Δ = deltaMs.
 func New(deltaMs uint64) *FSM {
-	return &FSM{expect: deltaMs, tickets: map[string]*item{}, retired: map[string]bool{}, fatalCh: make(chan struct{})}
+	return &FSM{expect: deltaMs, byName: map[string]*item{}, tickets: newTree(), retired: map[string]bool{}, holders: map[string]string{}, fatalCh: make(chan struct{})}
+}
+
+// lookup returns the item called name, or nil.
+func (f *FSM) lookup(name string) *item { return f.byName[name] }
+
+// writable returns the item to change for cur: cur itself when no
+// snapshot is pinned, else a copy put in cur's place in the map, the tree
+// and the heap (a pinned snapshot may be reading cur).
+func (f *FSM) writable(cur *item) *item {
+	if f.pinned == 0 {
+		return cur
+	}
+	it := &item{Ticket: cur.Ticket, mod: cur.mod, hidx: cur.hidx}
+	f.byName[it.Name] = it
+	f.tickets.ReplaceOrInsert(it)
+	f.heap[it.hidx] = it
+	return it
+}
+
+// intern returns the FSM's copy of the holder string h.
+func (f *FSM) intern(h string) string {
+	if s, ok := f.holders[h]; ok {
+		return s
+	}
+	if len(f.holders) >= maxHolders {
+		clear(f.holders)
+	}
+	f.holders[h] = h
+	return h
 }
 
 // Fatal returns the error that stopped the FSM, or nil.
@@ -176,7 +236,7 @@ func (f *FSM) apply(index uint64, e *Entry) Result {
 		f.retired[e.NodeID] = true
 		return Result{Code: CodeOK}
 	}
-	cur := f.tickets[e.Name]
+	cur := f.lookup(e.Name)
 	switch e.Op {
 	case OpGrant:
 		if r, ok := f.checkExpiry(e); !ok {
@@ -195,16 +255,18 @@ func (f *FSM) apply(index uint64, e *Entry) Result {
 			return Result{Code: CodeTokenSpace}
 		}
 		t := Ticket{
-			Name: e.Name, Holder: e.Holder, Token: TokenFor(f.epoch, index), LeaseS: e.LeaseS,
+			Name: e.Name, Holder: f.intern(e.Holder), Token: TokenFor(f.epoch, index), LeaseS: e.LeaseS,
 			ValidBeforeMs: e.RecvMs + uint64(e.LeaseS)*1000, ExpiryMs: e.ExpiryMs,
 		}
 		f.maxToken = t.Token
 		if cur != nil {
+			cur = f.writable(cur)
 			cur.Ticket, cur.mod = t, index
 			f.fix(cur.hidx)
 		} else {
 			it := &item{Ticket: t, mod: index}
-			f.tickets[e.Name] = it
+			f.byName[e.Name] = it
+			f.tickets.ReplaceOrInsert(it)
 			f.push(it)
 		}
 		f.changed(e.Name)
@@ -222,6 +284,7 @@ func (f *FSM) apply(index uint64, e *Entry) Result {
 		if r, ok := f.checkExpiry(e); !ok {
 			return r
 		}
+		cur = f.writable(cur)
 		cur.LeaseS = e.LeaseS
 		cur.ValidBeforeMs = e.RecvMs + uint64(e.LeaseS)*1000
 		cur.ExpiryMs = e.ExpiryMs
@@ -261,6 +324,7 @@ func (f *FSM) apply(index uint64, e *Entry) Result {
 		if cur.Revoked {
 			return Result{Code: CodeExisting, Ticket: cur.Ticket}
 		}
+		cur = f.writable(cur)
 		cur.Revoked, cur.mod = true, index
 		f.changed(e.Name)
 		return Result{Code: CodeOK, Ticket: cur.Ticket}
@@ -331,14 +395,14 @@ func (f *FSM) Index() uint64 {
 func (f *FSM) Len() int {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return len(f.tickets)
+	return len(f.byName)
 }
 
 // Get returns the ticket called name.
 func (f *FSM) Get(name string) (Ticket, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if it := f.tickets[name]; it != nil {
+	if it := f.lookup(name); it != nil {
 		return it.Ticket, true
 	}
 	return Ticket{}, false
@@ -370,7 +434,7 @@ func (f *FSM) changed(name string) {
 func (f *FSM) GetIndexed(name string) (Ticket, bool, uint64) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if it := f.tickets[name]; it != nil {
+	if it := f.lookup(name); it != nil {
 		return it.Ticket, true, it.mod
 	}
 	return Ticket{}, false, f.freed
@@ -384,7 +448,7 @@ func (f *FSM) GetIndexed(name string) (Ticket, bool, uint64) {
 func (f *FSM) RefusesGrant(name, holder string, nowMs uint64) (Result, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if it := f.tickets[name]; it != nil && it.ExpiryMs > nowMs && it.Holder != holder {
+	if it := f.lookup(name); it != nil && it.ExpiryMs > nowMs && it.Holder != holder {
 		return Result{Code: CodeHeld, Ticket: it.Ticket}, true
 	}
 	return Result{}, false
@@ -394,18 +458,21 @@ func (f *FSM) RefusesGrant(name, holder string, nowMs uint64) (Result, bool) {
 // name, and whether more matched (limit ≤ 0: no limit).
 func (f *FSM) List(prefix string, limit int) ([]Ticket, bool) {
 	f.mu.RLock()
+	defer f.mu.RUnlock()
 	var out []Ticket
-	for name, it := range f.tickets {
-		if strings.HasPrefix(name, prefix) {
-			out = append(out, it.Ticket)
+	more := false
+	f.tickets.AscendGreaterOrEqual(&item{Ticket: Ticket{Name: prefix}}, func(it *item) bool {
+		switch {
+		case !strings.HasPrefix(it.Name, prefix):
+			return false
+		case limit > 0 && len(out) == limit:
+			more = true
+			return false
 		}
-	}
-	f.mu.RUnlock()
-	slices.SortFunc(out, func(a, b Ticket) int { return strings.Compare(a.Name, b.Name) })
-	if limit > 0 && len(out) > limit {
-		return out[:limit], true
-	}
-	return out, false
+		out = append(out, it.Ticket)
+		return true
+	})
+	return out, more
 }
 
 // Due is a ticket whose server-side expiry has passed.
@@ -452,7 +519,8 @@ func (f *FSM) push(it *item) {
 }
 
 func (f *FSM) remove(it *item) {
-	delete(f.tickets, it.Name)
+	delete(f.byName, it.Name)
+	f.tickets.Delete(it)
 	i, last := it.hidx, len(f.heap)-1
 	if i != last {
 		f.swap(i, last)

@@ -82,3 +82,16 @@ func reseal(b []byte) []byte {
 	binary.BigEndian.PutUint32(b[n:], crc32.Checksum(b[:n], castagnoli))
 	return b
 }
+
+// thaw returns a copy of s with its tickets copied out into Tickets (name
+// order) and no frozen tree: for tests that read or edit them.
+func thaw(s *Snapshot) *Snapshot {
+	c := *s
+	c.Tickets = make([]Ticket, 0, s.Len())
+	s.Each(func(t *Ticket) bool {
+		c.Tickets = append(c.Tickets, *t)
+		return true
+	})
+	c.frozen = nil
+	return &c
+}

@@ -2,8 +2,12 @@ package ticket
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"slices"
+	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -30,7 +34,7 @@ func (m *naive) step(index uint64, e Entry) Code {
 			}
 			return CodeExisting
 		}
-		m.tickets[e.Name] = Ticket{e.Name, e.Holder, index, e.LeaseS, e.RecvMs + 1000*uint64(e.LeaseS), e.NowMs + 1000*uint64(e.LeaseS) + m.delta, false, 0}
+		m.tickets[e.Name] = Ticket{Name: e.Name, Holder: e.Holder, Token: index, LeaseS: e.LeaseS, ValidBeforeMs: e.RecvMs + 1000*uint64(e.LeaseS), ExpiryMs: e.NowMs + 1000*uint64(e.LeaseS) + m.delta}
 		m.issued = index
 		return CodeOK
 	case OpRenew, OpRelease:
@@ -100,6 +104,7 @@ func TestFSMModel(t *testing.T) {
 		clock := uint64(t0)
 		names := []string{"a", "b", "c"}
 		holders := []string{"h1", "h2", "h3"}
+		var kept []keptSnapshot
 
 		entryNow := func(rt *rapid.T) uint64 {
 			// Often hit a held ticket's expiry exactly, or one ms either side.
@@ -239,11 +244,47 @@ func TestFSMModel(t *testing.T) {
 				if !bytes.Equal(a.Bytes(), b.Bytes()) {
 					rt.Fatalf("snapshot of the restored state differs")
 				}
+				s.Release()
+				s2.Release()
 				if f2.Index() != h.f.Index() || f2.Delta() != testDelta {
 					rt.Fatalf("restored index %d Δ %d", f2.Index(), f2.Delta())
 				}
 				h.f = f2
 				compare(rt, h.f, m)
+			},
+			// A snapshot kept while later entries apply is the state of
+			// the moment it was taken (the FSM's tree is copy-on-write).
+			"snapshot (kept)": func(rt *rapid.T) {
+				s, err := h.f.Snapshot()
+				if err != nil {
+					rt.Fatalf("snapshot: %v", err)
+				}
+				kept = append(kept, keptSnapshot{s: s, want: sortedTickets(m.tickets)})
+			},
+			"write a kept snapshot": func(rt *rapid.T) {
+				if len(kept) == 0 {
+					rt.Skip("none kept")
+				}
+				k := kept[0]
+				kept = kept[1:]
+				k.s.Raft = &Position{Index: k.s.Index, Term: 1, ConfigurationIndex: 1, Servers: []Server{{ID: "n1", Address: "a1"}}}
+				var b bytes.Buffer
+				if _, err := k.s.WriteTo(&b); err != nil {
+					rt.Fatalf("write: %v", err)
+				}
+				back, err := ReadSnapshot(&b)
+				if err != nil {
+					rt.Fatalf("read back: %v", err)
+				}
+				if !slices.Equal(back.Tickets, k.want) {
+					rt.Fatalf("kept snapshot holds %+v, the state when it was taken %+v", back.Tickets, k.want)
+				}
+				// Released, the FSM changes its tickets in place again
+				// (once no other snapshot is pinned): never write it again.
+				k.s.Release()
+				if _, err := k.s.WriteTo(io.Discard); !errors.Is(err, ErrReleased) {
+					rt.Fatalf("write after Release: %v, want ErrReleased", err)
+				}
 			},
 			"": func(rt *rapid.T) { compare(rt, h.f, m) },
 		})
@@ -277,4 +318,17 @@ func compare(rt *rapid.T, f *FSM, m *naive) {
 			rt.Fatal(fmt.Sprintf("NextExpiry %d, least expiry %d", next, least))
 		}
 	}
+}
+
+// keptSnapshot is a snapshot taken and written only later, with the
+// model's tickets when it was taken.
+type keptSnapshot struct {
+	s    *Snapshot
+	want []Ticket
+}
+
+func sortedTickets(m map[string]Ticket) []Ticket {
+	out := slices.Collect(maps.Values(m))
+	slices.SortFunc(out, func(a, b Ticket) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }

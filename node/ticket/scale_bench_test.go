@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"syscall"
 	"testing"
@@ -31,14 +32,80 @@ func scaleCounts(b *testing.B) []int {
 
 // scaleFSM applies n Grant entries with distinct names, as a leader
 // proposes them (the names tckbench's scale fill uses).
-func scaleFSM(b *testing.B, n int) *FSM {
+func scaleFSM(b *testing.B, n int) *FSM { return scaleHarness(b, n).f }
+
+func scaleHarness(b *testing.B, n int) *harness {
 	h := newHarness(b)
 	for i := range n {
 		if r := h.grant(fmt.Sprintf("fill-%08d", i), "filler", 250, t0+uint64(i/1000)); r.Code != CodeOK {
 			b.Fatalf("grant %d: %v %v", i, r.Code, r.Err)
 		}
 	}
-	return h.f
+	return h
+}
+
+// BenchmarkApplyScale measures the FSM holding N tickets: its live heap
+// per ticket (after a GC; names of 13 bytes, one holder), a Renew of a held
+// ticket picked all over the name space (a lookup, a replace and an
+// expiry-heap fix) and a Grant of a new name (an insert), each a whole
+// Apply (decode, checks) of a pre-encoded entry:
+//
+//	TCKCLK_SCALE_N=1000000,5000000 go test -run '^$' -bench ApplyScale -benchtime 200000x ./node/ticket
+func BenchmarkApplyScale(b *testing.B) {
+	for _, n := range scaleCounts(b) {
+		var m0, m1 runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m0)
+		h := scaleHarness(b, n)
+		runtime.GC()
+		runtime.ReadMemStats(&m1)
+		b.Run(fmt.Sprintf("heap/%d", n), func(b *testing.B) {
+			for b.Loop() {
+			}
+			b.ReportMetric(float64(m1.HeapAlloc-m0.HeapAlloc)/float64(n), "heap-B/ticket")
+		})
+		now := t0 + uint64(n/1000) + 1
+		b.Run(fmt.Sprintf("renew/%d", n), func(b *testing.B) {
+			entries := make([][]byte, 0, 4096)
+			for i := range cap(entries) {
+				name := fmt.Sprintf("fill-%08d", i*7919%n)
+				cur, ok := h.f.Get(name)
+				if !ok {
+					b.Fatalf("%s not held", name)
+				}
+				e, err := EncodeEntry(&Entry{Op: OpRenew, NowMs: now, RecvMs: now, Name: name, Holder: "filler", Token: cur.Token, LeaseS: 200, ExpiryMs: h.expiry(now, 200)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				entries = append(entries, e)
+			}
+			i := 0
+			for b.Loop() {
+				h.idx++
+				if r := h.f.Apply(h.idx, entries[i%len(entries)]); r.Code != CodeOK {
+					b.Fatalf("renew: %v", r.Code)
+				}
+				i++
+			}
+		})
+		b.Run(fmt.Sprintf("grant/%d", n), func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				b.StopTimer()
+				name := fmt.Sprintf("more-%08d", i*7919%(1<<26))
+				e, err := EncodeEntry(&Entry{Op: OpGrant, NowMs: now, RecvMs: now, Name: name, Holder: "filler", LeaseS: 200, ExpiryMs: h.expiry(now, 200)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				h.idx++
+				if r := h.f.Apply(h.idx, e); r.Code != CodeOK {
+					b.Fatalf("grant %s: %v", name, r.Code)
+				}
+				i++
+			}
+		})
+	}
 }
 
 // snapshotTo writes f's snapshot to w.

@@ -5,12 +5,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/tckclk/tckclk/protocol"
 	"hash"
 	"hash/crc32"
 	"io"
 	"slices"
 	"strings"
+
+	"github.com/google/btree"
+	"github.com/tckclk/tckclk/protocol"
 )
 
 // Snapshot format (all integers big-endian):
@@ -101,25 +103,93 @@ type Snapshot struct {
 	// Epoch is the token epoch and MaxToken the highest token issued
 	// (HighestToken); both need version 4.
 	Epoch, MaxToken uint64
-	Tickets         []Ticket // any order; sorted by name once decoded
-	Retired         []string // retired NodeIds, sorted
+	// Tickets: any order; sorted by name once decoded. An FSM's Snapshot
+	// leaves it nil and holds its tickets in frozen instead: Len and Each
+	// read whichever is set.
+	Tickets []Ticket
+	Retired []string // retired NodeIds, sorted
+	// frozen is the FSM's ticket tree as it was at Snapshot: a
+	// copy-on-write clone, in name order, that the FSM leaves as it was
+	// until pin is released.
+	frozen *btree.BTreeG[*item]
+	pin    *pin
 }
 
-// Snapshot copies the state. It refuses once the FSM has stopped, so a
-// state that skipped a bad entry can never be persisted.
+// pin is an FSM's snapshot until Release.
+type pin struct {
+	f        *FSM
+	released bool // under f.mu
+}
+
+// ErrReleased: a snapshot's tickets were read after its Release.
+var ErrReleased = errors.New("ticket: snapshot already released")
+
+// Release tells the FSM that s is written and will not be read again:
+// while an FSM's snapshot is pinned, every ticket the FSM changes is
+// copied first (its tree clone may be reading it). Releasing twice, or a
+// snapshot that is not an FSM's, does nothing; writing s after Release
+// is refused (ErrReleased). A snapshot never released costs the FSM a
+// copy per change, never a wrong state.
+func (s *Snapshot) Release() {
+	p := s.pin
+	if p == nil {
+		return
+	}
+	p.f.mu.Lock()
+	defer p.f.mu.Unlock()
+	if !p.released {
+		p.released = true
+		p.f.pinned--
+	}
+}
+
+func (s *Snapshot) isReleased() bool {
+	if s.pin == nil {
+		return false
+	}
+	s.pin.f.mu.RLock()
+	defer s.pin.f.mu.RUnlock()
+	return s.pin.released
+}
+
+// Len returns the number of tickets in s.
+func (s *Snapshot) Len() int {
+	if s.frozen != nil {
+		return s.frozen.Len()
+	}
+	return len(s.Tickets)
+}
+
+// Each calls fn with every ticket of s in name order until fn returns
+// false. fn must not change the ticket.
+func (s *Snapshot) Each(fn func(t *Ticket) bool) {
+	if s.frozen != nil {
+		s.frozen.Ascend(func(it *item) bool { return fn(&it.Ticket) })
+		return
+	}
+	for _, k := range nameOrder(s.Tickets) {
+		if !fn(&s.Tickets[k.i]) {
+			return
+		}
+	}
+}
+
+// Snapshot captures the state without copying it: the tickets are a
+// copy-on-write clone of the FSM's tree, O(1) under the lock, which the
+// FSM's later entries leave as it was until Release. It refuses once the
+// FSM has stopped, so a state that skipped a bad entry can never be
+// persisted.
 func (f *FSM) Snapshot() (*Snapshot, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
+	f.mu.Lock() // Clone gives the live tree a new copy-on-write context: a write
+	defer f.mu.Unlock()
 	if f.fatal != nil {
 		return nil, fmt.Errorf("ticket: no snapshot: %w: %v", ErrStopped, f.fatal)
 	}
 	if f.delta == 0 {
 		return nil, errors.New("ticket: no snapshot before Δ is recorded (the Init entry)")
 	}
-	s := &Snapshot{DeltaMs: f.delta, Index: f.index, Epoch: f.epoch, MaxToken: f.maxToken, Tickets: make([]Ticket, 0, len(f.tickets))}
-	for _, it := range f.tickets {
-		s.Tickets = append(s.Tickets, it.Ticket)
-	}
+	s := &Snapshot{DeltaMs: f.delta, Index: f.index, Epoch: f.epoch, MaxToken: f.maxToken, frozen: f.tickets.Clone(), pin: &pin{f: f}}
+	f.pinned++
 	for id := range f.retired {
 		s.Retired = append(s.Retired, id)
 	}
@@ -133,6 +203,9 @@ func (f *FSM) Snapshot() (*Snapshot, error) {
 // or token epoch ReadSnapshot would refuse is not written, nor without a
 // position a state the versions before 4 cannot carry.
 func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
+	if s.isReleased() {
+		return 0, ErrReleased
+	}
 	if s.Raft != nil {
 		if err := s.Raft.check(s.Index); err != nil {
 			return 0, err
@@ -143,7 +216,6 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	} else if err := s.fitsOld(); err != nil {
 		return 0, err
 	}
-	order := nameOrder(s.Tickets)
 	cw := &crcWriter{w: bufio.NewWriterSize(w, 1<<16), h: crc32.New(castagnoli)}
 	buf := make([]byte, 0, 2*MaxNameLen+64)
 	buf = append(buf, SnapshotMagic...)
@@ -165,12 +237,12 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		buf = binary.BigEndian.AppendUint64(buf, s.Epoch)
 		buf = binary.BigEndian.AppendUint64(buf, s.MaxToken)
 	}
-	buf = binary.BigEndian.AppendUint64(buf, uint64(len(s.Tickets)))
+	buf = binary.BigEndian.AppendUint64(buf, uint64(s.Len()))
 	if err := cw.write(buf); err != nil {
 		return cw.n, err
 	}
-	for _, k := range order {
-		t := &s.Tickets[k.i]
+	var err error
+	s.Each(func(t *Ticket) bool {
 		buf = appendStr(buf[:0], t.Name)
 		buf = appendStr(buf, t.Holder)
 		buf = binary.BigEndian.AppendUint64(buf, t.Token)
@@ -180,9 +252,11 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		if version == 4 {
 			buf = append(buf, t.flags())
 		}
-		if err := cw.write(buf); err != nil {
-			return cw.n, err
-		}
+		err = cw.write(buf)
+		return err == nil
+	})
+	if err != nil {
+		return cw.n, err
 	}
 	if version >= 2 {
 		buf = binary.BigEndian.AppendUint64(buf[:0], uint64(len(s.Retired)))
@@ -219,12 +293,14 @@ func (s *Snapshot) fitsOld() error {
 	if s.Epoch != 0 {
 		return snapErr(ErrFormat, "token epoch %d needs version 4, which carries a Raft position (none given)", s.Epoch)
 	}
-	for i := range s.Tickets {
-		if s.Tickets[i].Revoked {
-			return snapErr(ErrFormat, "revoked ticket %q needs version 4, which carries a Raft position (none given)", s.Tickets[i].Name)
+	var err error
+	s.Each(func(t *Ticket) bool {
+		if t.Revoked {
+			err = snapErr(ErrFormat, "revoked ticket %q needs version 4, which carries a Raft position (none given)", t.Name)
 		}
-	}
-	return nil
+		return err == nil
+	})
+	return err
 }
 
 // checkTokens checks version 4's token epoch and highest token against
@@ -746,20 +822,37 @@ func (f *FSM) Restore(r io.Reader) error { return f.RestoreChecked(r, nil) }
 // its header (Δ, command index, Raft position; no tickets) and may refuse
 // it, as a refused restore.
 func (f *FSM) RestoreChecked(r io.Reader, check func(*Snapshot) error) error {
-	// The heap is built as the tickets stream in (an item each, no copy
-	// of the whole state in between); the map once their number is known.
+	// The tree and the heap are built as the tickets stream in (an item
+	// each, in name order, no copy of the whole state in between), before
+	// the lock is taken.
 	var heap []*item
+	tree := newTree()
+	byName := map[string]*item{}
+	holders := map[string]string{}
 	s, err := readSnapshot(r, func(t Ticket, count uint64) {
 		if heap == nil {
 			heap = make([]*item, 0, min(count, 1<<16)) // count is not trusted yet
 		}
-		heap = append(heap, &item{Ticket: t})
+		if h, ok := holders[t.Holder]; ok {
+			t.Holder = h
+		} else if len(holders) < maxHolders {
+			holders[t.Holder] = t.Holder
+		}
+		it := &item{Ticket: t, hidx: len(heap)}
+		heap = append(heap, it)
+		tree.ReplaceOrInsert(it)
+		byName[t.Name] = it
 	})
 	if err == nil && s.DeltaMs != f.expect {
 		err = fmt.Errorf("%w: the snapshot's Δ is %d ms, this node is configured with %d ms", ErrDeltaMismatch, s.DeltaMs, f.expect)
 	}
 	if err == nil && check != nil {
 		err = check(s)
+	}
+	if err == nil {
+		for _, it := range heap {
+			it.mod = s.Index
+		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -770,16 +863,13 @@ func (f *FSM) RestoreChecked(r io.Reader, check func(*Snapshot) error) error {
 	if f.fatal != nil {
 		return &RestoreError{Err: fmt.Errorf("%w: %v", ErrStopped, f.fatal)}
 	}
-	tickets := make(map[string]*item, len(heap))
-	for i, it := range heap {
-		it.mod, it.hidx = s.Index, i
-		tickets[it.Name] = it
-	}
 	retired := make(map[string]bool, len(s.Retired))
 	for _, id := range s.Retired {
 		retired[id] = true
 	}
-	f.tickets, f.heap, f.retired = tickets, heap, retired
+	// Snapshots of the state replaced keep their items: nothing here
+	// changes them, and the items below are new.
+	f.byName, f.tickets, f.heap, f.retired, f.holders = byName, tree, heap, retired, holders
 	for i := len(f.heap)/2 - 1; i >= 0; i-- {
 		f.down(i)
 	}

@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
+	"io"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -139,10 +143,11 @@ func TestRestoreRefuses(t *testing.T) {
 // craft writes a snapshot built from a valid one after an edit that
 // WriteTo's sorting would otherwise hide.
 func craft(t *testing.T, edit func(*Snapshot)) []byte {
-	s, err := filled(t).f.Snapshot()
+	frozen, err := filled(t).f.Snapshot()
 	if err != nil {
 		t.Fatal(err)
 	}
+	s := thaw(frozen)
 	var b bytes.Buffer
 	s.WriteTo(&b) // sorts
 	edit(s)
@@ -167,5 +172,107 @@ func craft(t *testing.T, edit func(*Snapshot)) []byte {
 func TestSnapshotBeforeInitRefused(t *testing.T) {
 	if _, err := New(testDelta).Snapshot(); err == nil {
 		t.Fatal("snapshot without Δ accepted")
+	}
+}
+
+// gateWriter holds its first Write until open is closed.
+type gateWriter struct {
+	w       io.Writer
+	started chan struct{}
+	open    chan struct{}
+	once    sync.Once
+}
+
+func (g *gateWriter) Write(p []byte) (int, error) {
+	g.once.Do(func() {
+		close(g.started)
+		<-g.open
+	})
+	return g.w.Write(p)
+}
+
+// Raft writes a snapshot (Persist) beside the FSM goroutine, which goes on
+// applying: what it writes is the state when it was taken, whatever the
+// entries applied meanwhile change (renewed, released, revoked, granted
+// again, new names), and the race detector sees no write to what it reads.
+// Released, the FSM changes its tickets in place again.
+func TestSnapshotWrittenWhileApplying(t *testing.T) {
+	h := newHarness(t)
+	const n = 20000 // its encoding is many times the writer's 64 KiB buffer: most of it is encoded after the gate
+	tokens := make([]uint64, n)
+	for i := range n {
+		tokens[i] = h.grant(fmt.Sprintf("t-%05d", i), "h", 30, t0).Ticket.Token
+	}
+	first, err := h.f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	if _, err := first.WriteTo(&want); err != nil {
+		t.Fatal(err)
+	}
+	first.Release()
+
+	s, err := h.f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	gw := &gateWriter{w: &got, started: make(chan struct{}), open: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.WriteTo(gw)
+		done <- err
+	}()
+	<-gw.started // the writer is inside WriteTo, holding the clone, its first 64 KiB encoded
+	change := func(from, to int, now uint64) {
+		for i := from; i < to; i++ {
+			name := fmt.Sprintf("t-%05d", i)
+			switch i % 4 {
+			case 0:
+				wantCode(t, "renew", h.renew(name, "h", tokens[i], 100, now), CodeOK)
+			case 1:
+				wantCode(t, "release", h.release(name, "h", tokens[i], now), CodeOK)
+				tokens[i] = h.grant(name, "h2", 10, now).Ticket.Token
+			case 2:
+				h.idx++
+				b, _ := EncodeEntry(&Entry{Op: OpRevoke, NowMs: now, Name: name})
+				wantCode(t, "revoke", h.f.Apply(h.idx, b), CodeOK)
+			case 3:
+				wantCode(t, "grant", h.grant(fmt.Sprintf("u-%05d", i), "h", 30, now), CodeOK)
+			}
+		}
+	}
+	change(0, n/2, t0+1000)
+	close(gw.open) // the rest while the snapshot is being written
+	change(n/2, n, t0+2000)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want.Bytes()) {
+		t.Fatal("a snapshot written while entries applied holds other bytes than the state when it was taken")
+	}
+	s.Release()
+	if _, err := s.WriteTo(io.Discard); !errors.Is(err, ErrReleased) {
+		t.Fatalf("write after Release: %v, want ErrReleased", err)
+	}
+	for i := 0; i < n; i += 4 { // in place now
+		wantCode(t, "renew", h.renew(fmt.Sprintf("t-%05d", i), "h", tokens[i], 200, t0+3000), CodeOK)
+	}
+	last, err := h.f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last.Raft = &Position{Index: h.idx, Term: 1, ConfigurationIndex: 1, Servers: []Server{{ID: "n1", Address: "a1"}}}
+	var b bytes.Buffer
+	if _, err := last.WriteTo(&b); err != nil { // version 4: revoked tickets
+		t.Fatal(err)
+	}
+	back, err := ReadSnapshot(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all, _ := h.f.List("", 0); !slices.Equal(back.Tickets, all) || len(all) != n+n/4 || all[0].LeaseS != 200 {
+		t.Fatalf("a snapshot after the changes holds %d tickets, the FSM %d (want %d, the first renewed)", len(back.Tickets), len(all), n+n/4)
 	}
 }

@@ -126,7 +126,7 @@ func scaleOne(ctx context.Context, e *env, o options, n int, prefix string, out 
 		return r
 	}
 	extra := append([]string{"--log.level", "info"}, o.ticketdFlags...)
-	s, err := e.startTicketdSpec(ctx, clusterSpec{n: 3, spare: 1, prefix: prefix, extra: extra})
+	s, err := e.startTicketdSpec(ctx, clusterSpec{n: 3, spare: 1, prefix: prefix, extra: extra, profile: o.profile != ""})
 	if err != nil {
 		return fail("start", err)
 	}
@@ -142,7 +142,10 @@ func scaleOne(ctx context.Context, e *env, o options, n int, prefix string, out 
 	defer func() { closeLC() }() // the one of the moment: it is replaced after the restart
 
 	fmt.Fprintf(out, "scale %8d tickets: filling through the leader %s with %d clients, batch %d (lease %d s)\n", n, s.endpoint, o.items.scaleClients, o.items.scaleBatch, scaleLease)
-	firstGrant, err := scaleFill(ctx, s.addrs, s.leader, n, o.items.scaleClients, o.items.scaleBatch, &r, out)
+	prof := scaleProfiler(ctx, o.profile, s, fmt.Sprintf("scale-%d", n), out)
+	defer prof.wait()
+	fillProf := prof.during("fill-cpu", "profile", 30, n/2)
+	firstGrant, err := scaleFill(ctx, s.addrs, s.leader, n, o.items.scaleClients, o.items.scaleBatch, &r, out, fillProf)
 	if err != nil {
 		return fail("fill", err)
 	}
@@ -177,7 +180,10 @@ func scaleOne(ctx context.Context, e *env, o options, n int, prefix string, out 
 	fmt.Fprintf(out, "scale %8d tickets: filled in %.1f s (%.0f grants/s, %d errors), tickets_active %d; leader RSS %s\n",
 		n, r.FillSeconds, r.GrantsPerS, r.FillErrors, r.ActiveAfter, r.Leader)
 
+	prof.now("heap", "heap", 0)
+	snapProf := prof.start("snapshot-cpu", "profile", 15)
 	info, err := freshSnapshot(ctx, lc)
+	snapProf()
 	if err != nil {
 		return fail("leader snapshot", err)
 	}
@@ -221,7 +227,7 @@ func scaleOne(ctx context.Context, e *env, o options, n int, prefix string, out 
 // goroutines, one Grant request each at a time or, batch > 0, batch
 // grants per POST /v1/batch (each op still its own Raft entry); it
 // prints progress every 10 s and returns when the first grant was sent.
-func scaleFill(ctx context.Context, addrs []string, leader, n, clients, batch int, r *scaleResult, out io.Writer) (time.Time, error) {
+func scaleFill(ctx context.Context, addrs []string, leader, n, clients, batch int, r *scaleResult, out io.Writer, progress func(done int)) (time.Time, error) {
 	var tds []*load.Ticketd
 	for _, a := range addrs {
 		td, err := load.NewTicketd(a, clients, false)
@@ -264,6 +270,7 @@ func scaleFill(ctx context.Context, addrs []string, leader, n, clients, batch in
 					}
 				}
 				d := done.Load()
+				progress(int(d))
 				fmt.Fprintf(out, "scale %8d tickets: %d granted after %.0f s (%.0f/s)\n", n, d, time.Since(start).Seconds(), float64(d)/time.Since(start).Seconds())
 			}
 		}
