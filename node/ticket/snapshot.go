@@ -827,7 +827,6 @@ func (f *FSM) RestoreChecked(r io.Reader, check func(*Snapshot) error) error {
 	// the lock is taken.
 	var heap []*item
 	tree := newTree()
-	byName := map[string]*item{}
 	holders := map[string]string{}
 	s, err := readSnapshot(r, func(t Ticket, count uint64) {
 		if heap == nil {
@@ -841,7 +840,6 @@ func (f *FSM) RestoreChecked(r io.Reader, check func(*Snapshot) error) error {
 		it := &item{Ticket: t, hidx: len(heap)}
 		heap = append(heap, it)
 		tree.ReplaceOrInsert(it)
-		byName[t.Name] = it
 	})
 	if err == nil && s.DeltaMs != f.expect {
 		err = fmt.Errorf("%w: the snapshot's Δ is %d ms, this node is configured with %d ms", ErrDeltaMismatch, s.DeltaMs, f.expect)
@@ -849,9 +847,12 @@ func (f *FSM) RestoreChecked(r io.Reader, check func(*Snapshot) error) error {
 	if err == nil && check != nil {
 		err = check(s)
 	}
-	if err == nil {
+	var byName map[string]*item
+	if err == nil { // sized once the tickets are verified
+		byName = make(map[string]*item, len(heap))
 		for _, it := range heap {
 			it.mod = s.Index
+			byName[it.Name] = it
 		}
 	}
 	f.mu.Lock()
