@@ -147,6 +147,10 @@ func (n *Node) lead(ctx context.Context) {
 	n.expiryLoop(ctx)
 }
 
+// proposeWait bounds how long a proposal waits for Raft's answer: after
+// it the outcome is unknown (503 unknown_outcome).
+const proposeWait = 5 * time.Second
+
 // propose applies data through Raft and waits for the FSM's answer; the
 // consensus errors become the API's.
 func (n *Node) propose(ctx context.Context, data []byte) (ticket.Result, error) {
@@ -154,9 +158,7 @@ func (n *Node) propose(ctx context.Context, data []byte) (ticket.Result, error) 
 	if c == nil {
 		return ticket.Result{}, api.Unavailable(string(StageStarting), "starting", "raft is not open yet")
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	res, err := c.Propose(ctx, data)
+	res, err := c.ProposeWithin(ctx, data, proposeWait)
 	return res, consensusRefusal(err)
 }
 

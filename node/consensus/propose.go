@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -125,18 +126,15 @@ func (w *waitEnd) end() { w.once.Do(func() { close(w.ch) }) }
 // a channel of this wait's own, closed when ctx ends (context.AfterFunc)
 // or when Raft's shutdown has ended (closeShut): the future's Error then
 // returns raft.ErrRaftShutdown and so does this wait, as wait would, with
-// ctx's error when that was first. handled is false when the future's
+// ctx's error when that was first, or after bound (a timer, cheaper than
+// a context of its own per proposal) with an unknown outcome too. handled
+// is false when the future's
 // ShutdownCh cannot be set (already answered, or not a future of this
 // shape): the caller then uses wait.
-func (p *Raft) waitInPlace(ctx context.Context, f raft.Future) (handled bool, err error) {
+func (p *Raft) waitInPlace(ctx context.Context, f raft.Future, bound time.Duration) (handled bool, err error) {
 	w := &waitEnd{ch: make(chan struct{})}
 	if !setShutdownCh(f, w.ch) {
 		return false, nil
-	}
-	if _, has := ctx.Deadline(); !has {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, defaultWait)
-		defer cancel()
 	}
 	p.wmu.Lock()
 	if p.closing {
@@ -155,9 +153,12 @@ func (p *Raft) waitInPlace(ctx context.Context, f raft.Future) (handled bool, er
 	}
 	p.waiters.Add(1)
 	p.wmu.Unlock()
+	var late atomic.Bool
+	t := time.AfterFunc(bound, func() { late.Store(true); w.end() })
 	stop := context.AfterFunc(ctx, w.end)
 	err = f.Error()
 	stop()
+	t.Stop()
 	p.wmu.Lock()
 	delete(p.ends, w)
 	p.wmu.Unlock()
@@ -170,6 +171,9 @@ func (p *Raft) waitInPlace(ctx context.Context, f raft.Future) (handled bool, er
 	default:
 		if ctx.Err() != nil {
 			return true, fmt.Errorf("%w: %v", ErrUnknownOutcome, ctx.Err())
+		}
+		if late.Load() {
+			return true, fmt.Errorf("%w: no answer from raft within %v", ErrUnknownOutcome, bound)
 		}
 	}
 	// Raft answers a committed entry it has not applied this way too.
@@ -191,12 +195,24 @@ func setShutdownCh(f raft.Future, ch chan struct{}) bool {
 	return true
 }
 
-// Propose applies one encoded entry and returns the FSM's answer.
+// Propose applies one encoded entry and returns the FSM's answer, waiting
+// as long as ctx allows (without a deadline, defaultWait).
 func (p *Raft) Propose(ctx context.Context, data []byte) (ticket.Result, error) {
-	f := p.r.Apply(data, enqueueTimeout(ctx))
-	handled, err := p.waitInPlace(ctx, f)
+	return p.ProposeWithin(ctx, data, defaultWait)
+}
+
+// ProposeWithin is Propose waiting at most bound (and as long as ctx
+// allows): without an answer by then the outcome is unknown.
+func (p *Raft) ProposeWithin(ctx context.Context, data []byte, bound time.Duration) (ticket.Result, error) {
+	if d, ok := ctx.Deadline(); ok {
+		bound = min(bound, max(time.Millisecond, time.Until(d)))
+	}
+	f := p.r.Apply(data, bound)
+	handled, err := p.waitInPlace(ctx, f, bound)
 	if !handled {
-		err = p.wait(ctx, f)
+		wctx, cancel := context.WithTimeout(ctx, bound)
+		defer cancel()
+		err = p.wait(wctx, f)
 	}
 	if err != nil {
 		return ticket.Result{}, err

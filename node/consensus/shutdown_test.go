@@ -301,3 +301,51 @@ func TestProposeEndsWithItsContext(t *testing.T) {
 		t.Errorf("%d in-place waits still registered after every proposal returned", left)
 	}
 }
+
+// ProposeWithin's bound ends the wait like a context would: an unknown
+// outcome, not a shutdown, while Raft still holds the entry.
+func TestProposeWithinItsBound(t *testing.T) {
+	dir, err := datadir.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	fsm := ticket.New(500)
+	r, err := Open(Options{
+		Dir: dir, FSM: fsm, LocalID: "solo", RequireVoter: true, Logger: testLogger(t),
+		Bootstrap: &raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: "solo", Address: "solo"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	waitFor(t, "leadership", 10*time.Second, func() bool { return r.Raft().State() == raft.Leader })
+	propose(t, r, ticket.Entry{Op: ticket.OpInit, DeltaMs: 500})
+	entered, release := make(chan struct{}), make(chan struct{})
+	fsm.OnChange(func(name string) {
+		if name == "hold" {
+			close(entered)
+			<-release
+		}
+	})
+	defer close(release)
+	now := uint64(time.Now().UnixMilli())
+	b, err := ticket.EncodeEntry(&ticket.Entry{Op: ticket.OpGrant, NowMs: now, RecvMs: now, Name: "hold", Holder: "h", LeaseS: 30, ExpiryMs: now + 30_000 + 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := ticket.EncodeEntry(&ticket.Entry{Op: ticket.OpGrant, NowMs: now, RecvMs: now, Name: "late", Holder: "h", LeaseS: 30, ExpiryMs: now + 30_000 + 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = r.Propose(context.Background(), b) }()
+	<-entered
+	start := time.Now()
+	_, err = r.ProposeWithin(context.Background(), late, 100*time.Millisecond)
+	if !errors.Is(err, ErrUnknownOutcome) || errors.Is(err, ErrShutdown) || !strings.Contains(fmt.Sprint(err), "within 100ms") {
+		t.Errorf("a proposal held past its bound: %v; want an unknown outcome naming the bound", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("returned %v after a 100 ms bound", took)
+	}
+}
