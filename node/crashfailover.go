@@ -122,8 +122,10 @@ func (w *crashWatch) ended(s *crashState, peer string, v crashView) {
 func (w *crashWatch) decide(s *crashState, v crashView) (heartbeat, election time.Duration, wake time.Time) {
 	if s.short {
 		known := v.state == raft.Leader || v.leader != "" && (v.leader != s.gone || v.lastContact.After(s.shortAt))
-		if !known && v.now.Sub(s.shortAt) < w.restoreAfter() {
-			return w.detect, w.detect, s.shortAt.Add(w.restoreAfter())
+		if bound := s.shortAt.Add(w.restoreAfter()); !known && v.now.Before(bound) {
+			// Look again within crash_detect_ms: the same leader heard
+			// from again changes neither state nor leader (no event).
+			return w.detect, w.detect, minTime(v.now.Add(w.detect), bound)
 		}
 		w.log.Info("crash failover: a leader is known again; heartbeat timeout restored", "leader", v.leader,
 			"state", v.state.String(), "after_ms", v.now.Sub(s.endAt).Milliseconds(), "known", known)
@@ -140,7 +142,7 @@ func (w *crashWatch) decide(s *crashState, v crashView) (heartbeat, election tim
 			w.log.Info("crash failover: the mesh session to the leader ended and it stayed silent: heartbeat timeout shortened to raft.crash_detect_ms",
 				"leader", s.gone, "silent_ms", v.now.Sub(v.lastContact).Milliseconds(), "crash_detect_ms", w.detect.Milliseconds())
 			s.short, s.shortAt = true, v.now
-			return w.detect, w.detect, v.now.Add(w.restoreAfter())
+			return w.detect, w.detect, v.now.Add(w.detect)
 		case !v.now.Before(end):
 			w.outcome.WithLabelValues("leader_alive").Inc()
 			*s = crashState{}
