@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -156,5 +157,33 @@ func TestCountSyncs(t *testing.T) {
 	}
 	if n := countSyncs("strace: attach: ptrace(PTRACE_SEIZE, 1): Operation not permitted\n"); n != 0 {
 		t.Errorf("no table: countSyncs = %d, want 0", n)
+	}
+}
+
+// -placement and the client modes give each 3-node cluster its targets:
+// spread rows keep the plain label (the report's per-request figure),
+// "on leader" rows are marked, and only the first may be a failover
+// target; one node has no placement.
+func TestVariants(t *testing.T) {
+	o := options{placement: "both", ticketdClient: "both", coalesce: []int{2}}
+	got := variants(o, &server{label: "ticketd ×3", system: "ticketd", nodes: 3})
+	var labels []string
+	for i, v := range got {
+		labels = append(labels, fmt.Sprintf("%s/%s/%s/%v", v.label, v.system, v.placement, v.dup))
+		if v.dup != (i > 0) {
+			t.Errorf("%s: dup %v", v.label, v.dup)
+		}
+	}
+	want := []string{"ticketd ×3/ticketd/spread/false", "ticketd ×3 coalesced/ticketd-coalesced/spread/true",
+		"ticketd ×3 on leader/ticketd/leader/true", "ticketd ×3 on leader coalesced/ticketd-coalesced/leader/true"}
+	if fmt.Sprint(labels) != fmt.Sprint(want) {
+		t.Errorf("variants = %q, want %q", labels, want)
+	}
+	o.placement = "spread"
+	if e := variants(o, &server{label: "etcd ×3", system: "etcd", nodes: 3}); len(e) != 1 || e[0].placement != "spread" {
+		t.Errorf("etcd ×3 spread: %+v", e)
+	}
+	if one := variants(o, &server{label: "ticketd ×1", system: "ticketd", nodes: 1}); len(one) != 2 || one[0].placement != "" {
+		t.Errorf("ticketd ×1: %+v", one)
 	}
 }
