@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/api/wire"
+	"github.com/tckclk/tckclk/node/cluster/identity"
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/consensus"
 )
@@ -16,13 +17,14 @@ import (
 // clusterMembers is /v1/cluster/members in cluster mode: every server of
 // the Raft configuration and every gossip member (gossip-only clients
 // too), with what each advertises: role, failure domain, clock state and
-// bound against Δ/2 (SPEC §5).
-func (n *Node) clusterMembers() ([]wire.Member, error) {
+// bound against Δ/2 (SPEC §5), its name and generation, and the NodeIds
+// the replicated state holds retired (SPEC §3.4).
+func (n *Node) clusterMembers() (wire.Members, error) {
 	byID := map[string]*wire.Member{}
 	if r := n.raft(); r != nil {
 		f := r.GetConfiguration()
 		if err := f.Error(); err != nil {
-			return nil, api.Unavailable("", "raft", "raft: %v", err)
+			return wire.Members{}, api.Unavailable("", "raft", "raft: %v", err)
 		}
 		_, leader := r.LeaderWithID()
 		for _, s := range f.Configuration().Servers {
@@ -44,10 +46,12 @@ func (n *Node) clusterMembers() ([]wire.Member, error) {
 	}
 	out := make([]wire.Member, 0, len(byID))
 	for _, m := range byID {
+		m.Name, m.Generation, _ = identity.SplitGeneration(m.ID)
+		m.Retired = m.Retired || n.fsm.IsRetired(m.ID)
 		out = append(out, *m)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out, nil
+	return wire.Members{Members: out, RetiredNodeIDs: n.fsm.Retired()}, nil
 }
 
 // clusterTransfer moves leadership (admin): to a named voter, or with to ""

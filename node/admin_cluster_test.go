@@ -18,10 +18,10 @@ func TestClusterAdmin(t *testing.T) {
 	ln := tc.nodes[leader].n
 	waitFor(t, "every member alive and healthy in gossip", 10*time.Second, func() bool {
 		ms, err := ln.Members(bg)
-		if err != nil || len(ms) != 3 {
+		if err != nil || len(ms.Members) != 3 {
 			return false
 		}
-		for _, m := range ms {
+		for _, m := range ms.Members {
 			if m.Suffrage != "voter" || m.Gossip != "alive" || m.Clock != "healthy" || m.DeltaMs != 500 || m.BoundLimitMs != 250 ||
 				m.ClockBoundMs > m.BoundLimitMs || m.Leader != (m.ID == leader) {
 				return false

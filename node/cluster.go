@@ -131,6 +131,11 @@ type clusterKeys struct {
 	tls    *tls.Config // the mesh's mutual TLS (nil: disabled)
 }
 
+// gossipName is this node's gossip name, trust-map name and mesh id:
+// NAME, also while its NodeId (Name, the Raft server ID) is a later
+// generation NAME~G (SPEC §3.4; node/generation.go decides the NodeId).
+func (c *ClusterConfig) gossipName() string { return identity.TrustName(c.Name) }
+
 // loadClusterKeys reads the identity key, the trust map, the gossip key and
 // the mesh's TLS files. They are checked before the node serves or proves
 // its clock: a misconfiguration is a start-up refusal (exit 2).
@@ -140,7 +145,7 @@ func loadClusterKeys(cfg *Config) (clusterKeys, error) {
 	if err != nil {
 		return clusterKeys{}, err
 	}
-	trust, err := identity.NewStore(cfg.Cluster.Name, key.Public().(ed25519.PublicKey), in.TrustedPeerKeys)
+	trust, err := identity.NewStore(cfg.Cluster.gossipName(), key.Public().(ed25519.PublicKey), in.TrustedPeerKeys)
 	if err != nil {
 		return clusterKeys{}, err
 	}
@@ -174,7 +179,7 @@ func (cl *clusterNode) listenMesh(h *clusterHooks) error {
 	cfg := &cl.n.cfg
 	tlsConf := cl.tls
 	mc := mesh.Config{
-		NodeID: cfg.Cluster.Name, Key: cl.key, GossipSecret: cl.secret, Trust: cl.trust, Advertised: &cl.adv,
+		NodeID: cfg.Cluster.gossipName(), Key: cl.key, GossipSecret: cl.secret, Trust: cl.trust, Advertised: &cl.adv,
 		TLS: tlsConf, BindAddr: cfg.Cluster.Membership.BindAddr, BindPort: cfg.Cluster.Internode.BindPort,
 		Logger: cl.n.log.With("component", "mesh"), Registerer: cl.n.reg, // socket deadlines: real time
 		SessionEnded: cl.crash.sessionEnded,
@@ -252,7 +257,7 @@ func (cl *clusterNode) eligible() bool {
 func (cl *clusterNode) meta() membership.Meta {
 	cfg := &cl.n.cfg
 	m := membership.Meta{
-		MeshAddr: cl.mesh.Addr(), DeltaMs: uint16(cfg.Clock.DeltaMs), ProtocolVersion: protocol.Version,
+		NodeID: cfg.Cluster.Name, MeshAddr: cl.mesh.Addr(), DeltaMs: uint16(cfg.Clock.DeltaMs), ProtocolVersion: protocol.Version,
 		RaftEligible: cl.eligible(), RaftPriority: int32(cfg.Cluster.Raft.Priority), Role: cl.role(),
 		FailureDomain: cfg.Cluster.FailureDomain, BootstrapExpect: uint8(cfg.Cluster.Raft.BootstrapExpect), DataDirOK: true,
 	}
@@ -273,7 +278,7 @@ func (cl *clusterNode) startMembership(h *clusterHooks) error {
 		return err
 	}
 	mc := membership.DefaultConfig()
-	mc.NodeName, mc.BindAddr, mc.BindPort = cfg.Cluster.Name, cfg.Cluster.Membership.BindAddr, cfg.Cluster.Membership.BindPort
+	mc.NodeName, mc.BindAddr, mc.BindPort = cfg.Cluster.gossipName(), cfg.Cluster.Membership.BindAddr, cfg.Cluster.Membership.BindPort
 	if mc.BindAddr == "" {
 		mc.BindAddr = "127.0.0.1"
 	}

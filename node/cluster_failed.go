@@ -5,14 +5,16 @@ package node
 //
 //  1. has already stopped proposing (every Grant, Renew and Expire checks
 //     the guard first) and answers 503 with the reason (stage failed);
-//  2. writes the `retired` marker into its data dir (a restart refuses and
-//     says to bring a new NodeId; the single-node FAILED marker is not
-//     used in cluster mode);
-//  3. advertises Retired and its FAILED clock in gossip;
-//  4. if it leads: records its own NodeId retired in the replicated state
+//  2. writes the `retired` marker (with its NodeId) into its data dir: a
+//     restart there comes back as the next generation or refuses
+//     (generation.go); the single-node FAILED marker is not used in
+//     cluster mode;
+//  3. if it leads: records its own NodeId retired in the replicated state
 //     (OpRetire, which does not depend on the clock), transfers leadership
 //     to a voter whose gossip shows a healthy clock, bounded by
-//     transferTimeout; then (leader or not) shuts Raft down.
+//     transferTimeout; then (leader or not) shuts Raft down;
+//  4. advertises Retired and its FAILED clock in gossip, and exits 1 (the
+//     run loop returns the clock error; it leaves the gossip pool).
 //
 // Any leader also records as retired every member whose gossip shows a
 // FAILED clock or the Retired flag (a follower that failed): metadata that
@@ -35,6 +37,7 @@ import (
 	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/cluster/reconcile"
+	"github.com/tckclk/tckclk/node/datadir"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 
@@ -74,16 +77,20 @@ func (cl *clusterNode) initLifecycle() {
 
 // clockFailed is cluster mode's reaction to a FAILED clock, on the run
 // loop's goroutine (the stage is already failed). It returns once Raft is
-// shut down; the process then serves 503s until stopped.
+// shut down and the FAILED clock advertised; the run loop then ends and
+// the process exits 1 (SPEC §3.4: its supervisor starts it again).
 func (cl *clusterNode) clockFailed(reason string) {
 	cl.life.retired.Store(true)
 	n := cl.n
-	if err := n.dir.WriteRetired(reason); err != nil {
+	if err := n.dir.WriteRetirement(datadir.Retirement{Reason: reason, NodeID: n.cfg.Cluster.Name}); err != nil {
 		cl.log.Error("clock FAILED but the retired marker could not be written: never start this node on this data dir again; bring a new NodeId",
 			"dir", n.dir.Path(), "err", err)
+	} else if n.cfg.Cluster.AutoReplace {
+		cl.log.Error("clock FAILED: this NodeId is retired; the process exits once Raft is shut down, and a restart comes back as the next generation (cluster.auto_replace)",
+			"marker", datadir.RetiredFile, "node_id", n.cfg.Cluster.Name, "reason", reason)
 	} else {
-		cl.log.Error("clock FAILED: this NodeId is retired; a restart on this data dir is refused (bring a new NodeId)",
-			"marker", "retired", "reason", reason)
+		cl.log.Error("clock FAILED: this NodeId is retired; a restart on this data dir is refused (cluster.auto_replace is off: bring a new NodeId)",
+			"marker", datadir.RetiredFile, "node_id", n.cfg.Cluster.Name, "reason", reason)
 	}
 	if rr := n.raft(); rr != nil {
 		if rr.State() == raft.Leader {

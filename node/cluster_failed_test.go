@@ -13,10 +13,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/tckclk/tckclk/node/api/client"
+	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
 	"github.com/tckclk/tckclk/node/datadir"
+	"github.com/tckclk/tckclk/node/ticket"
 	"github.com/tckclk/tckclk/protocol"
 )
 
@@ -122,18 +123,22 @@ func failLeader(t *testing.T, tc *testCluster, leader string, ticketName string)
 	return got.Sub(start)
 }
 
-// SPEC §3.4, issue 12 items 3 and 8: the leader's agent starts lying
-// (offset beyond Δ/2). Leadership moves to a healthy voter, which grants;
-// the failed node answers 503 with the reason, its data dir holds
-// `retired`, every node's FSM records its NodeId retired, the reconciler
-// removes it from the configuration; it exits with its clock error, a
-// restart on its data dir is refused with the new-NodeId message, and the
-// same NodeId joining again (new data dir) is refused by the reconciler.
+// SPEC §3.4: the leader's agent starts lying (offset beyond Δ/2), with
+// cluster.auto_replace off. Leadership moves to a healthy voter, which
+// grants; the failed node refuses with 503 and the reason, its data dir
+// holds `retired`, every node's FSM records its NodeId retired, the
+// reconciler removes it from the configuration; it exits by itself with
+// its clock error (exit status 1), a restart on its data dir is refused
+// with the new-NodeId message, and the same NodeId joining again (new
+// data dir) is refused by the reconciler.
 func TestClusterLeaderClockFails(t *testing.T) {
 	// No replacement comes here: the retired voter goes once
 	// raft.dead_voter_grace has passed (SPEC §5).
 	tc, leader := formThree(t, func(tc *testCluster) {
-		tc.edit = func(c *Config) { c.Cluster.Raft.DeadVoterGrace = 300 * time.Millisecond }
+		tc.edit = func(c *Config) {
+			c.Cluster.Raft.DeadVoterGrace = 300 * time.Millisecond
+			c.Cluster.AutoReplace = false
+		}
 	})
 	lc := tc.nodes[leader]
 	if _, err := lc.tn.c.Grant(bg, "before", "w", 30); err != nil {
@@ -155,20 +160,17 @@ func TestClusterLeaderClockFails(t *testing.T) {
 		t.Fatalf("new leader reads %+v, %v", g, err)
 	}
 
-	// The failed node: 503 with the reason, Raft shut down, retired marker.
-	var ce *client.Error
-	if _, err := lc.tn.c.Grant(bg, "x", "h", 30); !errors.As(err, &ce) || ce.StatusCode != 503 || ce.Stage != string(StageFailed) || ce.Reason != string(protocol.ReasonOffset) ||
-		!strings.Contains(ce.Message, "new NodeId") {
-		t.Fatalf("grant on the failed node: %v, want 503 failed/offset saying to bring a new NodeId", err)
+	// The failed node: it exits by itself with its clock error (exit
+	// status 1) once Raft is shut down; until then (and in the Node it
+	// leaves) every op is a 503 with the reason.
+	var clockErr *clockhealth.Error
+	if err := waitExit(t, lc.tn, 15*time.Second); !errors.As(err, &clockErr) {
+		t.Fatalf("the failed node returned %v, want its clock error", err)
 	}
-	if _, err := lc.tn.c.Get(bg, "before"); !errors.As(err, &ce) || ce.StatusCode != 503 {
-		t.Fatalf("read on the failed node: %v, want 503", err)
+	if st := lc.n.raft().State(); st != raft.Shutdown {
+		t.Fatalf("the failed leader exited with Raft %v", st)
 	}
-	if _, err := lc.tn.c.Ready(bg); !errors.As(err, &ce) || ce.Stage != string(StageFailed) || ce.Reason != string(protocol.ReasonOffset) {
-		t.Fatalf("/readyz on the failed node: %v, want stage failed, reason offset", err)
-	}
-	// The run loop transfers leadership, then shuts Raft down: wait for it.
-	waitFor(t, "the failed leader's Raft shut down", 10*time.Second, func() bool { return lc.n.raft().State() == raft.Shutdown })
+	assertFailedRefusals(t, lc.n, protocol.ReasonOffset)
 	dir := lc.an.cfg.Cluster.Raft.DataDir
 	if _, err := os.Stat(filepath.Join(dir, datadir.RetiredFile)); err != nil {
 		t.Fatalf("retired marker: %v", err)
@@ -190,16 +192,15 @@ func TestClusterLeaderClockFails(t *testing.T) {
 		return !slices.Contains(configIDs(nl), leader) && len(configIDs(nl)) == 2
 	})
 
-	// It exits with its clock error (exit status 1), and stays retired.
-	var clockErr *clockhealth.Error
-	if err := lc.tn.stop(); !errors.As(err, &clockErr) {
-		t.Fatalf("the failed node returned %v, want its clock error", err)
-	}
+	// It stays retired.
 	deps := lc.an.deps
 	deps.built, deps.cluster = nil, nil
 	err := runRefused(t, lc.an.cfg, deps)
-	if !errors.Is(err, ErrRetired) || !strings.Contains(err.Error(), "new NodeId") {
-		t.Fatalf("restart on the retired data dir: %v, want ErrRetired naming a new NodeId", err)
+	if !errors.Is(err, ErrRetired) || !strings.Contains(err.Error(), "new NodeId") || !strings.Contains(err.Error(), "cluster.auto_replace is off") {
+		t.Fatalf("restart on the retired data dir: %v, want ErrRetired naming a new NodeId and auto_replace", err)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("the refused restart moved the retired dir: %v", err)
 	}
 
 	// The same NodeId on a new data dir joins gossip and is never added.
@@ -234,16 +235,17 @@ func TestClusterFollowerClockFails(t *testing.T) {
 	}
 	fc := tc.nodes[follower]
 	lie(t, fc)
-	waitFor(t, follower+"'s Raft shut down", 10*time.Second, func() bool {
-		return fc.n.raft().State() == raft.Shutdown
-	})
+	var clockErr *clockhealth.Error
+	if err := waitExit(t, fc.tn, 15*time.Second); !errors.As(err, &clockErr) {
+		t.Fatalf("the failed follower returned %v, want its clock error", err)
+	}
+	if st := fc.n.raft().State(); st != raft.Shutdown {
+		t.Fatalf("the failed follower exited with Raft %v", st)
+	}
 	if _, err := os.Stat(filepath.Join(fc.an.cfg.Cluster.Raft.DataDir, datadir.RetiredFile)); err != nil {
 		t.Fatalf("retired marker: %v", err)
 	}
-	var ce *client.Error
-	if _, err := fc.tn.c.Grant(bg, "x", "h", 30); !errors.As(err, &ce) || ce.StatusCode != 503 || ce.Reason != string(protocol.ReasonOffset) {
-		t.Fatalf("grant on the failed follower: %v, want 503 offset", err)
-	}
+	assertFailedRefusals(t, fc.n, protocol.ReasonOffset)
 	// Whoever leads now (load may move leadership between the healthy
 	// two) records it retired and removes it; both healthy FSMs hold it.
 	healthy := tc.others(follower)
@@ -318,12 +320,44 @@ func TestClusterLeaderClockFailsAlone(t *testing.T) {
 		t.Fatal("a transfer target among stopped followers")
 	}
 	lie(t, lc)
-	waitFor(t, leader+"'s Raft shut down", 10*time.Second, func() bool { return lc.n.raft().State() == raft.Shutdown })
+	var clockErr *clockhealth.Error
+	if err := waitExit(t, lc.tn, 15*time.Second); !errors.As(err, &clockErr) {
+		t.Fatalf("the failed leader returned %v, want its clock error", err)
+	}
+	if st := lc.n.raft().State(); st != raft.Shutdown {
+		t.Fatalf("the failed leader exited with Raft %v", st)
+	}
 	if _, err := os.Stat(filepath.Join(lc.an.cfg.Cluster.Raft.DataDir, datadir.RetiredFile)); err != nil {
 		t.Fatalf("retired marker: %v", err)
 	}
-	var ce *client.Error
-	if _, err := lc.tn.c.Grant(bg, "x", "h", 30); !errors.As(err, &ce) || ce.StatusCode != 503 || ce.Stage != string(StageFailed) {
-		t.Fatalf("grant on the failed node: %v, want 503 failed", err)
+	assertFailedRefusals(t, lc.n, protocol.ReasonOffset)
+}
+
+// waitExit waits (up to d) for tn's RunWith to return by itself and
+// returns its error.
+func waitExit(t *testing.T, tn *testNode, d time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-tn.done:
+		tn.once.Do(func() { tn.err = err })
+		return err
+	case <-time.After(d):
+		t.Fatalf("the node did not exit by itself within %v", d)
+		return nil
+	}
+}
+
+// assertFailedRefusals checks that the FAILED node n refuses a Grant and
+// reports not ready, with stage failed and reason (SPEC §3.4), saying to
+// bring a new NodeId.
+func assertFailedRefusals(t *testing.T, n *Node, reason protocol.Reason) {
+	t.Helper()
+	var ae *api.Error
+	_, err := n.Write(bg, api.Write{Op: ticket.OpGrant, Name: "x", Holder: "h", LeaseS: 30})
+	if !errors.As(err, &ae) || ae.Stage != string(StageFailed) || ae.Reason != string(reason) || !strings.Contains(ae.Error(), "new NodeId") {
+		t.Fatalf("grant on the failed node: %v, want a 503 failed/%s saying to bring a new NodeId", err, reason)
+	}
+	if h := n.Readiness(); h.Stage != string(StageFailed) || h.Reason != string(reason) {
+		t.Fatalf("readiness of the failed node: %+v, want stage failed, reason %s", h, reason)
 	}
 }

@@ -24,7 +24,7 @@ func gossipState(t *testing.T, via *clusterMember, id string) (gossip, suffrage 
 	if err != nil {
 		return "", ""
 	}
-	for _, m := range ms {
+	for _, m := range ms.Members {
 		if m.ID == id {
 			return m.Gossip, m.Suffrage
 		}

@@ -114,7 +114,7 @@ func TestClusterMembersWhileStarting(t *testing.T) {
 				for {
 					ms, err := n.Members(bg)
 					select {
-					case answers <- answer{ms, err}:
+					case answers <- answer{ms.Members, err}:
 					default:
 					}
 					if err == nil {

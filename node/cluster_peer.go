@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tckclk/tckclk/node/cluster/identity"
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/cluster/mesh"
 	"github.com/tckclk/tckclk/node/cluster/peerstatus"
@@ -72,11 +73,13 @@ func (cl *clusterNode) answerPeer(c net.Conn) {
 	_, _ = c.Write(b)
 }
 
-// queryPeer asks the peer id at its mesh address for its status.
+// queryPeer asks the peer id (a NodeId) at its mesh address for its
+// status.
 func (cl *clusterNode) queryPeer(ctx context.Context, id, addr string) (peerstatus.Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, peerQueryTimeout)
 	defer cancel()
-	s, err := cl.mesh.Dial(ctx, addr, id, mesh.ClassBootstrap)
+	// The mesh authenticates NAME, the trust-map name of NAME~G.
+	s, err := cl.mesh.Dial(ctx, addr, identity.TrustName(id), mesh.ClassBootstrap)
 	if err != nil {
 		return peerstatus.Status{}, err
 	}

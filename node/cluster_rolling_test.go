@@ -364,12 +364,12 @@ func TestClusterMalformedMetaIgnored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range ms {
+	for _, m := range ms.Members {
 		if m.ID == "bad" {
 			t.Fatalf("the malformed member is in /v1/cluster/members: %+v", m)
 		}
 	}
-	if len(ms) != 4 {
+	if len(ms.Members) != 4 {
 		t.Fatalf("members %+v, want n1–n4", ms)
 	}
 }

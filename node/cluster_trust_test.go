@@ -254,7 +254,7 @@ func assertKeptOut(t *testing.T, leader, via *clusterMember, id string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range ms {
+	for _, m := range ms.Members {
 		if m.ID == id && m.Gossip == "alive" {
 			t.Fatalf("%s is alive in /v1/cluster/members: %+v", id, m)
 		}

@@ -44,6 +44,9 @@ const (
 	// "Crash failover"); minCrashDetectMs its least value but 0 (off).
 	DefaultCrashDetectMs = 100
 	minCrashDetectMs     = 10
+	// DefaultAutoReplaceMax is cluster.auto_replace_max: replacements of
+	// one NAME by a new generation per hour (SPEC §3.4).
+	DefaultAutoReplaceMax = 3
 )
 
 // Config is ticketd.yaml (SPEC §6, §8). The cluster keys keep the seed's
@@ -66,6 +69,14 @@ type ClusterConfig struct {
 	Internode     InternodeConfig  `yaml:"internode"`
 	Raft          RaftConfig       `yaml:"raft"`
 	Liveness      LivenessConfig   `yaml:"liveness"`
+	// AutoReplace: a node started on its retired data dir (its clock
+	// FAILED after it joined) moves that dir aside and comes back as the
+	// next generation NAME~G (SPEC §3.4, node/generation.go); off, it
+	// refuses to start.
+	AutoReplace bool `yaml:"auto_replace"`
+	// AutoReplaceMax caps those replacements of NAME within an hour; one
+	// more is refused (0: never replace).
+	AutoReplaceMax int `yaml:"auto_replace_max"`
 }
 
 // MembershipConfig is cluster.membership (gossip; cluster mode only).
@@ -219,7 +230,9 @@ func DefaultConfig() Config {
 				LogStore:          consensus.LogStoreAuto,
 				CrashDetectMs:     DefaultCrashDetectMs,
 			},
-			Liveness: DefaultLivenessConfig(),
+			Liveness:       DefaultLivenessConfig(),
+			AutoReplace:    true,
+			AutoReplaceMax: DefaultAutoReplaceMax,
 		},
 		Clock: clockhealth.DefaultConfig(),
 		API: APIConfig{Addr: DefaultAPIAddr, MaxConns: DefaultAPIMaxConns, ReadHeaderTimeout: DefaultAPIReadHeaderTimeout,
@@ -275,6 +288,9 @@ func (c *Config) Validate() error {
 	}
 	if err := validName(c.Cluster.Name); err != nil {
 		return config.Errorf("cluster.name", "%v", err)
+	}
+	if c.Cluster.AutoReplaceMax < 0 {
+		return config.Errorf("cluster.auto_replace_max", "%d is negative (0: never replace a retired node by a new generation)", c.Cluster.AutoReplaceMax)
 	}
 	r := &c.Cluster.Raft
 	if strings.TrimSpace(r.DataDir) == "" {

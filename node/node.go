@@ -147,8 +147,6 @@ func newNode(cfg Config, deps *Deps) (*Node, error) {
 		expiry: deps.ExpiryInterval, fsm: ticket.New(cfg.Clock.DeltaMs), notify: make(chan bool, 16),
 		started: time.Now(), expireEarly: deps.brokenExpireEarly,
 	}
-	n.waits = newWaitHub(cfg.Cluster.Name, cfg.API, n.aliveNodes)
-	n.fsm.OnChange(n.waits.changed)
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
@@ -160,11 +158,19 @@ func newNode(cfg Config, deps *Deps) (*Node, error) {
 		return nil, err
 	}
 	n.wall = wall
-	// The data dir first, under its lock: a retired one is refused (SPEC
-	// §3.4), a FAILED marker holds off (SPEC §4).
-	if n.dir, err = datadir.Open(cfg.Cluster.Raft.DataDir); err != nil {
+	// The data dir first, under its lock, and with it the NodeId: a
+	// retired one is refused or replaced by the next generation (SPEC
+	// §3.4, generation.go), a FAILED marker holds off (SPEC §4).
+	if n.dir, n.cfg.Cluster.Name, err = dataDirID(&n.cfg, wall.Now(), n.log); err != nil {
 		return nil, err
 	}
+	if n.cfg.Cluster.Name != cfg.Cluster.Name && n.cfg.Cluster.Raft.BootstrapExpect != 0 {
+		n.log.Info("a new generation joins the cluster, it never bootstraps one: cluster.raft.bootstrap_expect taken as 0",
+			"node_id", n.cfg.Cluster.Name, "bootstrap_expect", n.cfg.Cluster.Raft.BootstrapExpect)
+		n.cfg.Cluster.Raft.BootstrapExpect = 0
+	}
+	n.waits = newWaitHub(n.cfg.Cluster.Name, cfg.API, n.aliveNodes)
+	n.fsm.OnChange(n.waits.changed)
 	if n.hold, err = openHoldOff(n.dir, n.wall.Now(), deps.HoldOffUntil, cfg.Clock.DeltaMs); err != nil {
 		n.dir.Close()
 		return nil, err
@@ -298,12 +304,29 @@ func (n *Node) run(ctx context.Context, deps *Deps) (err error) {
 		case err = <-srv.errc:
 			return fmt.Errorf("node: API server: %w", err)
 		case <-failed:
-			failed = nil // once; FAILED is terminal, the node serves 503s until stopped
+			failed = nil // once; FAILED is terminal
 			n.clockFailed()
+			if n.cl != nil {
+				// SPEC §3.4: a FAILED cluster node exits non-zero once it
+				// has handed off leadership, written its marker and shut
+				// Raft down, so that its supervisor starts it again
+				// (generation.go: as the next generation, or refused).
+				// A single node serves 503s until stopped.
+				return n.failedExit()
+			}
 		case <-deps.Reload:
 			n.reload(deps.ReloadConfig)
 		}
 	}
+}
+
+// failedExit is what a FAILED cluster node's run returns: its clock
+// error (exit status 1).
+func (n *Node) failedExit() error {
+	if ce := n.clockErr(); ce != nil {
+		return ce
+	}
+	return errors.New("node: clock FAILED")
 }
 
 // openConsensus opens Raft on the data dir: a single voter that bootstraps

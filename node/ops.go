@@ -305,22 +305,22 @@ func roleName(s raft.RaftState) string {
 }
 
 // Members lists the Raft configuration (admin, api.Backend).
-func (n *Node) Members(ctx context.Context) ([]wire.Member, error) {
+func (n *Node) Members(ctx context.Context) (wire.Members, error) {
 	if n.cl != nil {
 		// The mesh, gossip and Raft are set up before the consensus is
 		// stored: until it is, none of it may be read (as for health).
 		if n.cons.Load() == nil {
-			return nil, n.notJoinedYet()
+			return wire.Members{}, n.notJoinedYet()
 		}
 		return n.clusterMembers()
 	}
 	r := n.raft()
 	if r == nil {
-		return nil, api.Unavailable(string(StageStarting), "starting", "raft is not open yet")
+		return wire.Members{}, api.Unavailable(string(StageStarting), "starting", "raft is not open yet")
 	}
 	f := r.GetConfiguration()
 	if err := f.Error(); err != nil {
-		return nil, api.Unavailable("", "raft", "raft: %v", err)
+		return wire.Members{}, api.Unavailable("", "raft", "raft: %v", err)
 	}
 	_, leader := r.LeaderWithID()
 	var out []wire.Member
@@ -331,7 +331,7 @@ func (n *Node) Members(ctx context.Context) ([]wire.Member, error) {
 		}
 		out = append(out, wire.Member{ID: string(s.ID), Address: string(s.Address), Suffrage: suff, Leader: s.ID == leader})
 	}
-	return out, nil
+	return wire.Members{Members: out}, nil
 }
 
 var errSingleNode = api.Refuse(api.KindConflict, "single_node",

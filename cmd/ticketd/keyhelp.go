@@ -7,6 +7,8 @@ var keyHelp = map[string]string{
 	"cluster.enabled":                       "cluster mode (SPEC §5): gossip, the mesh, Raft among several nodes, clock health through an agent (default false: one node)",
 	"cluster.name":                          "this node's ID (the Raft server ID)",
 	"cluster.failure_domain":                "rack or zone, to spread voters (cluster mode)",
+	"cluster.auto_replace":                  "started on its retired data dir (clock FAILED after joining), move it aside and come back as the next generation NAME~G (cluster mode; off: refuse)",
+	"cluster.auto_replace_max":              "replacements of this NAME by a new generation allowed within an hour; one more is refused (exit 2); 0: never",
 	"cluster.membership.join_addrs":         "gossip peers to join, host:7946,host:7946 (cluster mode)",
 	"cluster.membership.secret_file":        "file holding the gossip encryption key (cluster mode)",
 	"cluster.membership.bind_addr":          "gossip bind address, the IP peers reach this node at (default 127.0.0.1; cluster mode)",

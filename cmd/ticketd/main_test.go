@@ -103,6 +103,9 @@ func TestConfigErrorsExit2(t *testing.T) {
 		{"empty name", []string{"--cluster.name", ""}, "cluster.name"},
 		// issue 24 Bad input: SPEC §3.4 generations, §5 dead_voter_grace.
 		{"generation in the name", []string{"--cluster.name", "n1~2"}, `cluster.name: "n1~2" carries a generation suffix (~2): set cluster.name to "n1"`},
+		{"auto_replace_max negative", []string{"--cluster.auto_replace_max", "-1"}, "cluster.auto_replace_max: -1 is negative"},
+		{"auto_replace_max negative in the file", []string{"--config", writeConfig(t, "cluster:\n  auto_replace_max: -3\n")}, "cluster.auto_replace_max: -3 is negative"},
+		{"auto_replace not a bool", []string{"--config", writeConfig(t, "cluster:\n  auto_replace: sometimes\n")}, "cluster.auto_replace"},
 		{"grace below debounce", []string{"--cluster.raft.dead_voter_grace", "1s"}, "cluster.raft.dead_voter_grace: 1s is below cluster.raft.reconcile_debounce (2s)"},
 		{"grace below a set debounce", []string{"--cluster.raft.reconcile_debounce", "30s", "--cluster.raft.dead_voter_grace", "20s"}, "cluster.raft.dead_voter_grace: 20s is below cluster.raft.reconcile_debounce (30s)"},
 		// SPEC §5 "Crash failover": below the heartbeat timeout, 0 off.

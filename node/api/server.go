@@ -76,7 +76,7 @@ type Backend interface {
 	// Liveness is /livez: not ok only when the process should be restarted
 	// (it is wedged), never because it is merely not ready.
 	Liveness() wire.Health
-	Members(ctx context.Context) ([]wire.Member, error)
+	Members(ctx context.Context) (wire.Members, error)
 	TransferLeadership(ctx context.Context, to string) error
 	RemoveMember(ctx context.Context, id string) error
 	// Snapshot takes a Raft snapshot now (admin; backups, benchmarks).
@@ -386,7 +386,7 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, name st
 		if err != nil {
 			return s.fail(w, err)
 		}
-		writeJSON(w, http.StatusOK, wire.Members{Members: ms})
+		writeJSON(w, http.StatusOK, ms)
 		return "ok"
 	case rTransfer:
 		var to string

@@ -36,7 +36,7 @@ func (f *fakeBackend) List(context.Context, string, int) ([]ticket.Ticket, bool,
 func (f *fakeBackend) Status(context.Context) wire.Status               { return wire.Status{} }
 func (f *fakeBackend) Readiness() wire.Health                           { return wire.Health{Status: "ok"} }
 func (f *fakeBackend) Liveness() wire.Health                            { return wire.Health{Status: "ok"} }
-func (f *fakeBackend) Members(context.Context) ([]wire.Member, error)   { return nil, nil }
+func (f *fakeBackend) Members(context.Context) (wire.Members, error)    { return wire.Members{}, nil }
 func (f *fakeBackend) TransferLeadership(context.Context, string) error { return nil }
 func (f *fakeBackend) RemoveMember(context.Context, string) error       { return nil }
 func (f *fakeBackend) Snapshot(context.Context) (wire.SnapshotInfo, error) {

@@ -102,8 +102,8 @@ type clusterBackend struct {
 }
 
 func (b *clusterBackend) Status(context.Context) wire.Status { return b.status }
-func (b *clusterBackend) Members(context.Context) ([]wire.Member, error) {
-	return b.members, nil
+func (b *clusterBackend) Members(context.Context) (wire.Members, error) {
+	return wire.Members{Members: b.members}, nil
 }
 func (b *clusterBackend) ClusterHealth(context.Context) (wire.ClusterHealth, error) {
 	return b.health, b.healthErr

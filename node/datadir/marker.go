@@ -126,6 +126,11 @@ var ErrRetired = errors.New("datadir: data dir is retired")
 type RetiredError struct {
 	Dir    string
 	Reason string // as recorded in the marker
+	NodeID string // the retired NodeId, "" when not recorded
+	// Floor is the highest generation of the NodeId's name the cluster
+	// held retired when this node learnt its NodeId was retired there (0:
+	// not recorded); the next generation goes above it.
+	Floor int
 }
 
 func (e *RetiredError) Error() string {
@@ -137,12 +142,30 @@ func (e *RetiredError) Error() string {
 // Is makes errors.Is(err, ErrRetired) true.
 func (e *RetiredError) Is(target error) bool { return target == ErrRetired }
 
+// Retirement is what the retired marker records.
+type Retirement struct {
+	Reason string // why (the FAILED clock's error)
+	NodeID string // the NodeId that retired
+	Floor  int    // see RetiredError.Floor
+}
+
 // WriteRetired records durably that this NodeId retired; reason is
 // flattened to one line.
 func (d *Dir) WriteRetired(reason string) error {
+	return d.WriteRetirement(Retirement{Reason: reason})
+}
+
+// WriteRetirement records r durably (the retired marker).
+func (d *Dir) WriteRetirement(r Retirement) error {
 	body := "retired: the clock of this node FAILED after it joined (SPEC 3.4)\n" +
-		"reason: " + OneLine(reason) + "\n" +
-		"action: bring up a new node with a new NodeId and an empty data dir; never restart this one\n"
+		"reason: " + OneLine(r.Reason) + "\n"
+	if r.NodeID != "" {
+		body += "node_id: " + OneLine(r.NodeID) + "\n"
+	}
+	if r.Floor > 0 {
+		body += "generation_floor: " + strconv.Itoa(r.Floor) + "\n"
+	}
+	body += "action: never serve on this data dir again; with cluster.auto_replace a restart moves it aside and starts the next generation NAME~G\n"
 	if err := d.WriteMarker(RetiredFile, body); err != nil {
 		return fmt.Errorf("datadir: retired marker: %w", err)
 	}
@@ -160,7 +183,11 @@ func (d *Dir) CheckRetired() error {
 	if reason == "" {
 		reason = "reason not recorded"
 	}
-	return &RetiredError{Dir: d.path, Reason: reason}
+	e := &RetiredError{Dir: d.path, Reason: reason, NodeID: fields["node_id"]}
+	if f, err := strconv.Atoi(fields["generation_floor"]); err == nil && f > 0 {
+		e.Floor = f
+	}
+	return e
 }
 
 // PriorFailure is what a FAILED marker found at start says.

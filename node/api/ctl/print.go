@@ -181,7 +181,7 @@ func (p printer) members(m *wire.Members) {
 	if !gossip {
 		fmt.Fprintln(w, "ID\tADDRESS\tSUFFRAGE\tLEADER")
 	} else {
-		fmt.Fprintln(w, "ID\tADDRESS\tSUFFRAGE\tLEADER\tGOSSIP\tDOMAIN\tCLOCK\tBOUND / Δ/2")
+		fmt.Fprintln(w, "ID\tGEN\tADDRESS\tSUFFRAGE\tLEADER\tGOSSIP\tDOMAIN\tCLOCK\tBOUND / Δ/2")
 	}
 	for _, x := range m.Members {
 		leader := ""
@@ -200,10 +200,18 @@ func (p printer) members(m *wire.Members) {
 		if x.Retired {
 			clock += " (retired)"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d / %d ms\n", x.ID, x.Address, suff, leader,
+		gen := "-"
+		if x.Generation > 0 {
+			gen = strconv.Itoa(x.Generation)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d / %d ms\n", x.ID, gen, x.Address, suff, leader,
 			dash(x.Gossip), dash(x.FailureDomain), dash(clock), x.ClockBoundMs, x.BoundLimitMs)
 	}
 	w.Flush()
+	if len(m.RetiredNodeIDs) > 0 {
+		// SPEC §3.4: never served or added again.
+		fmt.Fprintf(p.out, "retired NodeIds: %s\n", strings.Join(m.RetiredNodeIDs, ", "))
+	}
 }
 
 func printJSON(w io.Writer, v any) {

@@ -170,10 +170,14 @@ type ClockStatus struct {
 
 // Member is one entry of GET /v1/cluster/members.
 type Member struct {
-	ID       string `json:"id"`
-	Address  string `json:"address"`
-	Suffrage string `json:"suffrage"` // voter, nonvoter, or "" (not in Raft: a gossip-only client)
-	Leader   bool   `json:"leader"`
+	ID string `json:"id"` // NodeId: NAME, or NAME~G for a later generation (SPEC §3.4)
+	// Name and Generation split the NodeId: the cluster.name (trust-map
+	// and gossip name) and G (1 for NAME). Cluster mode only.
+	Name       string `json:"name,omitempty"`
+	Generation int    `json:"generation,omitempty"`
+	Address    string `json:"address"`
+	Suffrage   string `json:"suffrage"` // voter, nonvoter, or "" (not in Raft: a gossip-only client)
+	Leader     bool   `json:"leader"`
 	// Cluster mode: what the member advertises in gossip (SPEC §5).
 	Gossip        string `json:"gossip,omitempty"`         // alive, suspect, dead, left; "" when not in gossip
 	Role          string `json:"role,omitempty"`           // as the member believes: voter, standby, client
@@ -182,12 +186,18 @@ type Member struct {
 	ClockBoundMs  uint64 `json:"clock_bound_ms,omitempty"` // its running bound
 	BoundLimitMs  uint64 `json:"bound_limit_ms,omitempty"` // Δ/2 it advertises
 	DeltaMs       uint64 `json:"delta_ms,omitempty"`
-	Retired       bool   `json:"retired,omitempty"`
+	// Retired: the member advertises it retired (its clock FAILED) or the
+	// replicated state holds its NodeId retired.
+	Retired bool `json:"retired,omitempty"`
 }
 
 // Members is the answer of GET /v1/cluster/members.
 type Members struct {
 	Members []Member `json:"members"`
+	// RetiredNodeIDs are the NodeIds the replicated state holds retired
+	// (SPEC §3.4), sorted: never served or added again; the next
+	// generation of a NAME is above every one of them. Cluster mode only.
+	RetiredNodeIDs []string `json:"retired_node_ids,omitempty"`
 }
 
 // ReplaceRequest is the body of POST /v1/cluster/replace.

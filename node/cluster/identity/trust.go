@@ -47,6 +47,34 @@ func TrustName(nodeID string) string {
 	return name
 }
 
+// MaxGeneration bounds G in NAME~G (a NodeId stays short; a name
+// replaced more often than this is a machine to look at, not to restart).
+const MaxGeneration = 999_999
+
+// SplitGeneration splits a NodeId into its name and generation: NAME is
+// generation 1, NAME~G generation G (2..=MaxGeneration, canonical
+// decimal). ok is false for any other suffix.
+func SplitGeneration(nodeID string) (name string, gen int, ok bool) {
+	name, g, found := strings.Cut(nodeID, GenerationSep)
+	if !found {
+		return name, 1, name != ""
+	}
+	n, err := strconv.Atoi(g)
+	if err != nil || n < 2 || n > MaxGeneration || strconv.Itoa(n) != g || name == "" {
+		return name, 0, false
+	}
+	return name, n, true
+}
+
+// GenerationID is the NodeId of generation gen of name: name itself for
+// generation 1 (or below), else NAME~G.
+func GenerationID(name string, gen int) string {
+	if gen <= 1 {
+		return name
+	}
+	return name + GenerationSep + strconv.Itoa(gen)
+}
+
 func idByte(c byte, first bool) bool {
 	if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
 		return true

@@ -191,13 +191,21 @@ func (d *delegate) alive(n *memberlist.Node, t EventType) {
 			meta = prev.Meta
 		}
 	}
-	mem := Member{ID: n.Name, Addr: nodeAddr(n), Meta: meta, State: StateAlive}
+	mem := Member{ID: nodeID(n.Name, meta), Name: n.Name, Addr: nodeAddr(n), Meta: meta, State: StateAlive}
 	prev, had := d.m.member(n.Name)
 	d.m.setMember(mem)
 	if t == EventUpdate && had && prev == mem {
 		return // advanceMeta already took this metadata and said so
 	}
 	d.m.events.push(Event{Type: t, Member: mem})
+}
+
+// nodeID is the NodeId of the member named name whose metadata is meta.
+func nodeID(name string, meta Meta) string {
+	if meta.NodeID != "" {
+		return meta.NodeID
+	}
+	return name
 }
 
 // NotifyLeave records a member left (its last metadata said Leaving) or

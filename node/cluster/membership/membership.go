@@ -137,7 +137,15 @@ func (s State) String() string {
 
 // Member is one trusted member of this node's view.
 type Member struct {
-	ID    string // NodeId
+	// ID is the member's NodeId, from its signed metadata: its name, or
+	// NAME~G for a later generation of NAME (SPEC §3.4). The Raft server
+	// ID is the NodeId.
+	ID string
+	// Name is its gossip name (memberlist's node name), the trust-map
+	// name its key is listed under and the mesh's peer id: the same for
+	// every generation of NAME, so the view holds at most one generation
+	// of a name (the newest that gossiped).
+	Name  string
 	Addr  string // gossip host:port
 	Meta  Meta
 	State State
@@ -574,7 +582,7 @@ func (m *Membership) Members() []Member {
 	m.mu.Unlock()
 	kept := out[:0]
 	for _, e := range out {
-		if e.ID == m.cfg.NodeName || m.trusted(e.ID, e.Meta) {
+		if e.Name == m.cfg.NodeName || m.trusted(e.Name, e.Meta) {
 			kept = append(kept, e)
 		}
 	}
@@ -623,7 +631,7 @@ func (m *Membership) DroppedEvents() uint64 { return m.events.droppedCount() }
 // one entry per trust-map name); once no longer trusted they are forgotten.
 func (m *Membership) setMember(mem Member) {
 	m.mu.Lock()
-	m.members[mem.ID] = &mem
+	m.members[mem.Name] = &mem
 	counts := map[State]int{}
 	for id, e := range m.members {
 		if id != m.cfg.NodeName && !m.trusted(id, e.Meta) {
@@ -665,7 +673,7 @@ func (m *Membership) advanceMeta(id string, meta Meta) {
 		m.mu.Unlock()
 		return
 	}
-	e.Meta = meta
+	e.Meta, e.ID = meta, nodeID(e.Name, meta)
 	mem := *e
 	m.mu.Unlock()
 	m.events.push(Event{Type: EventUpdate, Member: mem})
