@@ -70,7 +70,9 @@ for name in $nodes; do
 		echo "    trusted_peer_keys:"
 		sed 's/^/      /' "$dir/trust.yaml"
 		echo "  raft:"
-		echo "    data_dir: /var/lib/ticketd"
+		echo "    # Inside the volume, not its mount point: a retired dir is moved"
+		echo "    # aside beside it (cluster.auto_replace, SPEC 3.4)."
+		echo "    data_dir: /var/lib/ticketd/data"
 		if [ "$expect" = 0 ]; then
 			echo "    # A replacement: joins the running cluster, never bootstraps."
 		fi

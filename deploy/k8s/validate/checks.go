@@ -535,23 +535,31 @@ func checkSecretFile(where string, spec corev1.PodSpec, c *corev1.Container, key
 	}
 }
 
+// checkDataDir: the data dir is a directory inside a volumeClaimTemplate's
+// mount, one level down — not the mount point itself, which cannot be
+// renamed: a retired data dir is moved aside beside it (SPEC §3.4,
+// cluster.auto_replace).
 func checkDataDir(where string, sts *appsv1.StatefulSet, c *corev1.Container, dir string, p *problems) {
 	for _, m := range c.VolumeMounts {
-		if path.Clean(m.MountPath) != path.Clean(dir) {
+		if path.Clean(m.MountPath) == path.Clean(dir) {
+			p.add("%s: cluster.raft.data_dir %s is the mount point of volume %s: a retired data dir is moved aside beside it, which a mount point cannot be; use a directory inside it (%s/data)", where, dir, m.Name, path.Clean(dir))
+			return
+		}
+		if path.Clean(m.MountPath) != path.Dir(path.Clean(dir)) {
 			continue
 		}
 		if m.ReadOnly {
-			p.add("%s: data dir %s is mounted read-only", where, dir)
+			p.add("%s: data dir %s is on a read-only mount", where, dir)
 		}
 		for _, t := range sts.Spec.VolumeClaimTemplates {
 			if t.Name == m.Name {
 				return
 			}
 		}
-		p.add("%s: data dir %s is volume %s, not a volumeClaimTemplate (Raft's log must outlive the pod)", where, dir, m.Name)
+		p.add("%s: data dir %s is on volume %s, not a volumeClaimTemplate (Raft's log must outlive the pod)", where, dir, m.Name)
 		return
 	}
-	p.add("%s: cluster.raft.data_dir %s is not a mount (a read-only root filesystem)", where, dir)
+	p.add("%s: cluster.raft.data_dir %s is not a directory directly inside a mount (a read-only root filesystem)", where, dir)
 }
 
 func checkNamedPort(where string, c *corev1.Container, name string, want int, p *problems) {

@@ -178,8 +178,11 @@ func TestChecksCatchBreakage(t *testing.T) {
 			s.Get("PodDisruptionBudget", "ticketd").(*policyv1.PodDisruptionBudget).Spec.MaxUnavailable = &two
 		}, "maxUnavailable 2 with 3 replicas"},
 		{"data dir not on the claim", func(s Set) {
-			cm(s).Data["ticketd.yaml"] = strings.Replace(cm(s).Data["ticketd.yaml"], "data_dir: /var/lib/ticketd", "data_dir: /data", 1)
-		}, "cluster.raft.data_dir /data is not a mount"},
+			cm(s).Data["ticketd.yaml"] = strings.Replace(cm(s).Data["ticketd.yaml"], "data_dir: /var/lib/ticketd/data", "data_dir: /data", 1)
+		}, "cluster.raft.data_dir /data is not a directory directly inside a mount"},
+		{"data dir is the mount point", func(s Set) {
+			cm(s).Data["ticketd.yaml"] = strings.Replace(cm(s).Data["ticketd.yaml"], "data_dir: /var/lib/ticketd/data", "data_dir: /var/lib/ticketd", 1)
+		}, "cluster.raft.data_dir /var/lib/ticketd is the mount point of volume data"},
 	} {
 		s := load(t)
 		c.break_(s)
