@@ -338,6 +338,14 @@ type superCluster struct {
 // is agreed.
 func startSuperCluster(t *testing.T, wrap []string, extra ...string) *superCluster {
 	t.Helper()
+	return startSuperClusterWith(t, wrap, nil, extra...)
+}
+
+// startSuperClusterWith is startSuperCluster with flags of each node's own
+// after the common ones: perNode (if set) gets the node's name and the
+// agent's address (e.g. to put a proxy in front of it for that node).
+func startSuperClusterWith(t *testing.T, wrap []string, perNode func(name, agentAddr string) []string, extra ...string) *superCluster {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs four real processes")
 	}
@@ -357,6 +365,9 @@ func startSuperCluster(t *testing.T, wrap []string, extra ...string) *superClust
 		t.Cleanup(tr.CloseIdleConnections)
 		sc.cl[name], _ = client.New(sc.api[name], client.WithHTTPClient(&http.Client{Transport: tr, Timeout: 5 * time.Second}), client.WithAdminToken(adminToken))
 		args := append([]string{"--config", filepath.Join(dir, name+".yaml"), "--clock.agent_addr", sc.agentAddr, "--api.admin_token_file", sc.adminTokenFile}, extra...)
+		if perNode != nil {
+			args = append(args, perNode(name, sc.agentAddr)...)
+		}
 		sc.nodes[name] = superviseNode(t, name, bin, wrap, args)
 	}
 	if err := sc.waitHealthy(60*time.Second, nil); err != nil {
