@@ -77,7 +77,7 @@ func (n *Node) writeLocal(ctx context.Context, w api.Write) (api.Written, error)
 	}
 	wall := n.wall.Now()
 	if w.Op == ticket.OpGrant && n.hold.active(wall) {
-		return api.Written{}, api.Unavailable(string(StageHoldOff), "hold_off", "%s (250 s + Δ, so nothing granted before can overlap)", n.hold.text())
+		return api.Written{}, api.Unavailable(string(StageHoldOff), "hold_off", "%s (250 s + Δ)", n.hold.text())
 	}
 	nowMs, ok1 := protocol.CeilUnixMs(wall)
 	recvMs, ok2 := protocol.FloorUnixMs(wall)

@@ -6,6 +6,7 @@
 //	          | cluster health [--wait D] [--voters N]
 //	          | wait NAME | watch NAME [--wait D]
 //	          | run NAME --holder H --lease 30 [--wait 60s] [--grace 5s] -- CMD ARGS…
+//	          | revoke NAME [--token N] | snapshot save FILE          (admin token)
 //
 // --addr (or TICKETCTL_ADDR) takes the nodes of a cluster as a list,
 // http://a:7980,http://b:7980: ticketctl moves past one that cannot serve.
