@@ -38,6 +38,7 @@ func FuzzBackupFile(f *testing.F) {
 		if err != nil {
 			t.Fatalf("accepted, but its state cannot be snapshotted: %v", err)
 		}
+		defer s.Release()
 		s.Raft = &b.Position
 		var again bytes.Buffer
 		if _, err := backup.Encode(&again, b.Header.NodeID, s); err != nil {

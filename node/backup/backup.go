@@ -66,7 +66,7 @@ func Encode(w io.Writer, nodeID string, s *ticket.Snapshot) (int64, error) {
 	if _, err := s.WriteTo(&state); err != nil {
 		return 0, err
 	}
-	h, err := Header(nodeID, s, uint64(len(s.Tickets)), uint64(state.Len()))
+	h, err := Header(nodeID, s, uint64(s.Len()), uint64(state.Len()))
 	if err != nil {
 		return 0, err
 	}

@@ -113,7 +113,8 @@ func TestBackupGoldenFile(t *testing.T) {
 		t.Fatalf("retired %v, position %+v", b.Retired, b.Position)
 	}
 	got, _ := b.State.List("", 0)
-	wantT := slices.Clone(s.Tickets)
+	var wantT []ticket.Ticket
+	s.Each(func(t *ticket.Ticket) bool { wantT = append(wantT, *t); return true })
 	slices.SortFunc(wantT, func(a, b ticket.Ticket) int { return strings.Compare(a.Name, b.Name) })
 	if !slices.Equal(got, wantT) {
 		t.Fatalf("tickets %+v, want %+v", got, wantT)
@@ -213,8 +214,13 @@ func TestBackupRefusals(t *testing.T) {
 	}
 
 	// A state without a Raft position (ticket snapshot version 1 or 2).
-	old := *s
-	old.Raft, old.Epoch, old.Tickets = nil, 0, nil
+	empty := ticket.New(500)
+	init, _ := ticket.EncodeEntry(&ticket.Entry{Op: ticket.OpInit, NowMs: t0, DeltaMs: 500})
+	empty.Apply(1, init)
+	old, err := empty.Snapshot() // no Raft position: version 1
+	if err != nil {
+		t.Fatal(err)
+	}
 	var v1 bytes.Buffer
 	if _, err := old.WriteTo(&v1); err != nil {
 		t.Fatal(err)
