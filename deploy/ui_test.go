@@ -165,7 +165,8 @@ func awaitShot(t *testing.T, browser, url, file, state string, within time.Durat
 // admin token in the URL fragment. While every voter is healthy the
 // banner says so in green — read from the DOM and from the screenshot's
 // pixels — and each member row shows its status, generation, gossip,
-// Raft index, lag and clock bound against Δ/2 with its history. Then a
+// Raft term (node-1's own; every server's when it leads), index, lag and
+// clock bound against Δ/2 with its history. Then a
 // voter that neither leads nor serves the page is stopped (SIGSTOP: the
 // demo's supervisor restarts exited nodes): the banner turns to
 // "Degraded" in amber (DOM and pixels) and that member is shown dead or
@@ -190,7 +191,7 @@ func TestStatusPageInChromium(t *testing.T) {
 
 	healthyRow := regexp.MustCompile(`^<td( class="leader")?>node-[123](<span class="star">★</span>)?</td><td class="num">1</td>` +
 		`<td><span class="pill ok">(leader|healthy)</span></td><td>voter</td><td>voter</td><td>alive</td>` +
-		`<td class="num">\d+</td><td class="num">\d+</td>.*<td><span class="pill ok">healthy</span></td>` +
+		`<td class="num"( title="[^"]+")?>\d*</td><td class="num">\d+</td><td class="num">\d+</td>.*<td><span class="pill ok">healthy</span></td>` +
 		`<td class="num">\d+ / 6000 ms<span class="bar"><span style="width: [0-9.]+%;"></span></span></td><td><svg`)
 	v := awaitPage(t, browser, url, 3*time.Minute, "three healthy voters under a green banner", func(v pageView) bool {
 		healthy := 0
@@ -201,6 +202,9 @@ func TestStatusPageInChromium(t *testing.T) {
 		}
 		return v.state == "healthy" && healthy == 3
 	})
+	if !regexp.MustCompile(`^<td>node-1</td><td class="num">1</td><td><span class="pill ok">healthy</span></td><td>voter</td><td>voter</td><td>alive</td><td class="num">[1-9]\d*</td>|^<td class="leader">node-1`).MatchString(v.rows["node-1"][1]) {
+		t.Errorf("node-1 does not show its Raft term: %s", v.rows["node-1"][1])
+	}
 	if v.title != "Healthy: tolerates 1 voter failure" {
 		t.Errorf("banner title %q", v.title)
 	}

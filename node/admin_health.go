@@ -68,8 +68,8 @@ func (n *Node) singleHealth() wire.ClusterHealth {
 	lead := false
 	if r := n.raft(); r != nil {
 		lead = r.State() == raft.Leader
-		idx, zero, lag := r.LastIndex(), int64(0), uint64(0)
-		s.LastIndex, s.LastContactMs, s.LogLag = &idx, &zero, &lag
+		idx, zero, lag, term := r.LastIndex(), int64(0), uint64(0), r.CurrentTerm()
+		s.LastIndex, s.LastContactMs, s.LogLag, s.Term = &idx, &zero, &lag, &term
 	}
 	s.Leader = lead
 	if err := n.serving(); err != nil {
@@ -201,15 +201,19 @@ func (cl *clusterNode) health(ctx context.Context) wire.ClusterHealth {
 			zero := int64(0)
 			h.LastContactMs = &zero
 		case out.LeaderView:
-			if at, ok := cl.tr.lastContact(h.ID); ok {
+			if at, term, ok := cl.tr.lastContact(h.ID); ok {
 				ms := now.Sub(at).Milliseconds()
-				h.LastContactMs = &ms
+				h.LastContactMs, h.Term = &ms, &term
 			}
 		case h.ID == self && r != nil:
 			if at := r.LastContact(); !at.IsZero() {
 				ms := time.Since(at).Milliseconds()
 				h.LastContactMs = &ms
 			}
+		}
+		if h.ID == self && r != nil {
+			term := r.CurrentTerm()
+			h.Term = &term
 		}
 		if h.ID == self && r != nil && cl.n.clockErr() != nil {
 			h.Clock = membership.ClockFailed.String()
@@ -259,13 +263,13 @@ func (cl *clusterNode) unhealthy(v *serverView, leaderView, retired bool) string
 }
 
 // lastContact is when id last answered this node's AppendEntries (its
-// heartbeats included), as the leader.
-func (t *contactTransport) lastContact(id string) (time.Time, bool) {
+// heartbeats included), as the leader, and the Raft term it answered in.
+func (t *contactTransport) lastContact(id string) (time.Time, uint64, bool) {
 	if t == nil {
-		return time.Time{}, false
+		return time.Time{}, 0, false
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	at, ok := t.last[raft.ServerID(id)]
-	return at, ok
+	return at, t.term[raft.ServerID(id)], ok
 }

@@ -56,7 +56,7 @@ func TestClusterHealth(t *testing.T) {
 		}
 		for _, s := range h.Servers {
 			if !s.Healthy || s.Suffrage != "voter" || s.Gossip != "alive" || s.Clock != "healthy" || s.LastContactMs == nil ||
-				s.LastIndex == nil || s.LogLag == nil || s.Leader != (s.ID == leader) {
+				s.LastIndex == nil || s.LogLag == nil || s.Leader != (s.ID == leader) || s.Term == nil || *s.Term == 0 || *s.Term != *h.Servers[0].Term {
 				return false
 			}
 		}
@@ -66,6 +66,13 @@ func TestClusterHealth(t *testing.T) {
 	fv, err := others[0].tn.c.ClusterHealth(bg)
 	if err != nil || !fv.Healthy || fv.FailureTolerance != 1 || fv.LeaderView || fv.ServedBy != others[0].n.cfg.Cluster.Name || fv.Leader != leader {
 		t.Fatalf("a follower's view of a healthy cluster: %+v, %v (%s)", fv, err, summary(fv))
+	}
+	// Raft terms (as etcdctl endpoint status): the leader knows each
+	// server's from its answers; a follower only its own.
+	for _, s := range fv.Servers {
+		if self := s.ID == fv.ServedBy; (s.Term != nil) != self || self && *s.Term != *h.Servers[0].Term {
+			t.Errorf("a follower's view: %s term %v", s.ID, s.Term)
+		}
 	}
 
 	stopped := others[1]

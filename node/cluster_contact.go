@@ -25,10 +25,11 @@ type contactTransport struct {
 
 	mu   sync.Mutex
 	last map[raft.ServerID]time.Time
+	term map[raft.ServerID]uint64 // the term in its last answer (cluster health)
 }
 
 func newContactTransport(t *raft.NetworkTransport) *contactTransport {
-	return &contactTransport{NetworkTransport: t, now: time.Now, last: map[raft.ServerID]time.Time{}}
+	return &contactTransport{NetworkTransport: t, now: time.Now, last: map[raft.ServerID]time.Time{}, term: map[raft.ServerID]uint64{}}
 }
 
 // AppendEntries implements raft.Transport and records a successful answer.
@@ -37,6 +38,7 @@ func (t *contactTransport) AppendEntries(id raft.ServerID, target raft.ServerAdd
 	if err == nil {
 		t.mu.Lock()
 		t.last[id] = t.now()
+		t.term[id] = resp.Term
 		t.mu.Unlock()
 	}
 	return err

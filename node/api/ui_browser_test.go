@@ -129,7 +129,7 @@ func TestStatusPageMemberStatesInChromium(t *testing.T) {
 			Clock: wire.ClockStatus{Healthy: true, BoundMs: 4, BoundLimitMs: 250}},
 		health: wire.ClusterHealth{Healthy: false, FailureTolerance: 0, MaxFailureTolerance: 1, Voters: 3, HealthyVoters: 2, Leader: "node-2", ServedBy: "node-1",
 			Servers: []wire.ServerHealth{
-				{ID: "node-1", Suffrage: "voter", Gossip: "alive", Clock: "healthy", ClockBoundMs: 4, LastContactMs: ptr(int64(12)), LastIndex: idx(90), LogLag: idx(0), Healthy: true},
+				{ID: "node-1", Suffrage: "voter", Gossip: "alive", Clock: "healthy", ClockBoundMs: 4, LastContactMs: ptr(int64(12)), Term: idx(7), LastIndex: idx(90), LogLag: idx(0), Healthy: true},
 				{ID: "node-2~3", Suffrage: "voter", Leader: true, Gossip: "alive", Clock: "healthy", ClockBoundMs: 5, LastContactMs: ptr(int64(0)), LastIndex: idx(90), LogLag: idx(0), Healthy: true},
 				{ID: "node-3", Suffrage: "voter", Gossip: "dead", Clock: "healthy", ClockBoundMs: 6, Why: "gossip dead"},
 				{ID: "node-4", Suffrage: "nonvoter", Gossip: "alive", Clock: "healthy", ClockBoundMs: 3, Why: "no answer over the mesh (i/o timeout)"},
@@ -165,6 +165,9 @@ func TestStatusPageMemberStatesInChromium(t *testing.T) {
 	}
 	if len(got) != len(want) {
 		t.Errorf("%d member rows, want %d: %v", len(got), len(want), got)
+	}
+	if !strings.Contains(got["node-1"][1], `<td>alive</td><td class="num">7</td><td class="num">90</td><td class="num">0</td><td class="num">12 ms ago</td>`) {
+		t.Errorf("node-1: term 7, index 90, lag 0, contact 12 ms not shown: %s", got["node-1"][1])
 	}
 	for id, gen := range map[string]string{"node-1": "1", "node-2~3": "3"} {
 		if !strings.Contains(got[id][1], `</td><td class="num">`+gen+`</td>`) {

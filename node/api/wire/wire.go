@@ -338,6 +338,10 @@ type ServerHealth struct {
 	// (the leader's view), or heard from the leader (a follower about
 	// itself); 0 for the leader; absent when unknown.
 	LastContactMs *int64 `json:"last_contact_ms,omitempty"`
+	// Term is its Raft term: the answering node's own, and in the
+	// leader's view each server's in its last AppendEntries answer (as
+	// etcdctl endpoint status shows per member); absent when unknown.
+	Term *uint64 `json:"term,omitempty"`
 	// LastIndex is its last Raft log index, asked now; LogLag the
 	// leader's minus it. Both absent when it did not answer.
 	LastIndex *uint64 `json:"last_index,omitempty"`
