@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,9 +34,10 @@ type buildSet struct {
 func (b *buildSet) path(t *testing.T, name string, args ...string) string {
 	t.Helper()
 	b.once.Do(func() {
-		goBin, err := exec.LookPath("go")
+		goBin, err := exec.LookPath("go") // go test puts GOROOT/bin first on PATH
 		if err != nil {
-			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+			b.err = err
+			return
 		}
 		if b.dir, b.err = os.MkdirTemp("", "ticketd-test-bin-"); b.err != nil {
 			return
@@ -109,12 +109,6 @@ func childEnv() []string {
 		}
 	}
 	return env
-}
-
-// spawn starts a built command with childEnv and returns its stderr pipe.
-func spawn(t *testing.T, name string, args ...string) (*exec.Cmd, io.ReadCloser) {
-	t.Helper()
-	return spawnArgv(t, nil, append([]string{binary(t, name)}, args...))
 }
 
 // spawnArgv starts argv (a command of this module, or one wrapped in `ip

@@ -19,7 +19,6 @@ import (
 
 	"github.com/tckclk/tckclk/internal/clustertest"
 	"github.com/tckclk/tckclk/node/api/client"
-	"github.com/tckclk/tckclk/node/api/wire"
 )
 
 // A supervised cluster (issue 24 item 6): three ticketd processes from
@@ -28,7 +27,7 @@ import (
 // address), each run by a loop that does what systemd's
 // Restart=on-failure, RestartSec=1, RestartPreventExitStatus=2 does (and
 // deploy/demo.sh's loop): a node that exits with status 1 is started again
-// after restartSec on the same data dir; one that exits 0, 2 or by a
+// after restartDelay on the same data dir; one that exits 0, 2 or by a
 // signal stays down (until the test starts it). The CPU-starvation and
 // rolling-restart tests run on it.
 
@@ -64,9 +63,9 @@ func hasConfigKey(t *testing.T, bin, key string) bool {
 	return strings.Contains(string(out), key+":")
 }
 
-// restartSec is the supervisor's pause before it starts a node that exited
+// restartDelay is the supervisor's pause before it starts a node that exited
 // with status 1 again (systemd's RestartSec=1 in deploy/systemd).
-const restartSec = time.Second
+const restartDelay = time.Second
 
 // procRun is one process a supervisor started.
 type procRun struct {
@@ -200,7 +199,7 @@ func (s *supervised) loop() {
 		}
 		if restart {
 			select {
-			case <-time.After(restartSec):
+			case <-time.After(restartDelay):
 			case <-s.quit:
 				return
 			}
@@ -584,17 +583,4 @@ func (sc *superCluster) waitHealthy(timeout time.Duration, seen func(clusterStat
 		}
 		time.Sleep(250 * time.Millisecond) // a health poll with a deadline
 	}
-}
-
-// members is the leader's view of the configuration, for a report.
-func (sc *superCluster) members() []wire.Member {
-	for _, name := range clusterNames {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		ms, err := sc.cl[name].Members(ctx)
-		cancel()
-		if err == nil {
-			return ms.Members
-		}
-	}
-	return nil
 }

@@ -3,11 +3,12 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"github.com/tckclk/tckclk/node/api/wire"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/tckclk/tckclk/node/api/wire"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tckclk/tckclk/node/ticket"

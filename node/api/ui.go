@@ -44,6 +44,6 @@ func serveUI(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	if r.Method != http.MethodHead {
-		w.Write(uiPage)
+		_, _ = w.Write(uiPage) // the client went away: nothing to do
 	}
 }

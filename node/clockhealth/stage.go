@@ -2,8 +2,8 @@ package clockhealth
 
 import (
 	"errors"
-	"github.com/tckclk/tckclk/node/api/wire"
 
+	"github.com/tckclk/tckclk/node/api/wire"
 	"github.com/tckclk/tckclk/protocol"
 )
 

@@ -310,7 +310,8 @@ func legacyPeers(conf raft.Configuration) ([]byte, error) {
 		}
 	}
 	var buf bytes.Buffer
-	h := codec.MsgpackHandle{BasicHandle: codec.BasicHandle{TimeNotBuiltin: true}}
+	// raft's own handle (raft's encodeMsgPack), so the bytes are raft's.
+	h := codec.MsgpackHandle{BasicHandle: codec.BasicHandle{TimeNotBuiltin: true}} //nolint:staticcheck // SA1019: as raft does
 	if err := codec.NewEncoder(&buf, &h).Encode(enc); err != nil {
 		return nil, err
 	}

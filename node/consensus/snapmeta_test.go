@@ -191,7 +191,7 @@ func TestOldFormatSnapshotStillRestores(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			path, snap := snapshotDir(t, 10240)
 			rewriteOldFormat(t, snap)
-			snap = c.edit(t, snap)
+			c.edit(t, snap)
 			_, err := Open(Options{
 				Dir: openDir(t, path), FSM: ticket.New(500), LocalID: "solo", RequireVoter: true, Logger: testLogger(t),
 				Bootstrap: &raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: "solo", Address: "solo"}}},

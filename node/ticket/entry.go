@@ -4,9 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/tckclk/tckclk/protocol"
 	"hash/crc32"
 	"math"
+
+	"github.com/tckclk/tckclk/protocol"
 )
 
 // EntryVersion is the newest log-entry format this code writes and reads.

@@ -21,7 +21,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/tckclk/tckclk/node/api/wire"
 	"net"
 	"net/http"
 	"net/url"
@@ -30,6 +29,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/tckclk/tckclk/node/api/wire"
 )
 
 // ClockErrorPPM is the rate error the local deadline allows for (SPEC §4).
@@ -423,7 +424,9 @@ func (c *Client) Status(ctx context.Context) (*wire.Status, error) {
 func (c *Client) Ready(ctx context.Context) (*wire.Health, error) {
 	r := c.send(ctx, &call{method: http.MethodGet, path: "/readyz", hc: c.hc, repeatable: true, probe: true, skip: -1})
 	if r.err != nil {
-		if e, ok := r.err.(*Error); ok && e.StatusCode == http.StatusServiceUnavailable {
+		// Only a bare *Error is the answer r.raw holds; a wrapped one (no
+		// address could serve) comes with no body to read the stage from.
+		if e, ok := r.err.(*Error); ok && e.StatusCode == http.StatusServiceUnavailable { //nolint:errorlint // see above
 			var h wire.Health
 			_ = json.Unmarshal(r.raw, &h)
 			e.Stage, e.Reason = h.Stage, h.Reason

@@ -149,7 +149,7 @@ func (q *coalescer) do(ctx context.Context, op wire.BatchOp) reply {
 		return reply{err: fmt.Errorf("client: POST /v1/batch: %s %q was sent when ctx ended (%w): %w", op.Op, op.Name, ctx.Err(), ErrOutcomeUnknown), uncertain: true}
 	}
 	switch {
-	case it.err == errNoBatch:
+	case errors.Is(it.err, errNoBatch):
 		return q.single(ctx, op, nil) // nothing of the batch was applied
 	case it.alone:
 		return q.single(ctx, op, it)
@@ -220,7 +220,8 @@ func (q *coalescer) send(batch []*queued) {
 	at := q.c.preferred()
 	raw, h, err, sent := q.c.attempt(ctx, q.c.hc, q.c.addrs[at], http.MethodPost, "/v1/batch", mustJSON(req), false)
 	var resp wire.BatchResponse
-	switch e, ok := err.(*Error); {
+	var e *Error // attempt's answer errors are bare: As finds only those
+	switch ok := errors.As(err, &e); {
 	case ok && (e.StatusCode == http.StatusNotFound || e.StatusCode == http.StatusMethodNotAllowed):
 		// The answer to the batch request itself (an op's own 404 is a
 		// result inside a 200): the server has no such route.
@@ -246,7 +247,7 @@ func (q *coalescer) send(batch []*queued) {
 	}
 	refused := false
 	for i, it := range batch {
-		if e, ok := err.(*Error); ok {
+		if e := (*Error)(nil); errors.As(err, &e) {
 			ec := *e // each caller its own copy
 			it.err = &ec
 		} else if err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/tckclk/tckclk/node/api/wire"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tckclk/tckclk/node/api/wire"
 
 	"github.com/tckclk/tckclk/node"
 	"github.com/tckclk/tckclk/node/api/client"

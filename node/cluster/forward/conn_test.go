@@ -374,7 +374,7 @@ func TestBadInputDropped(t *testing.T) {
 		}
 		if n, err := c.Read(make([]byte, 1)); err == nil {
 			t.Fatalf("%s: the server answered %d bytes", name, n)
-		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		} else if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
 			t.Fatalf("%s: the server kept the connection open", name)
 		}
 		c.Close()
