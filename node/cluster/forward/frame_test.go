@@ -229,7 +229,7 @@ func TestWaitersFlag(t *testing.T) {
 		t.Fatalf("parsed %+v %v", r.List, err)
 	}
 	zero := append(append([]byte(nil), b[:len(b)-5]...), 0, 0, 0, 0, 0) // count 0, truncated flag
-	cut := append(append([]byte(nil), b[:len(b)-3]...), 0)               // the count cut short
+	cut := append(append([]byte(nil), b[:len(b)-3]...), 0)              // the count cut short
 	for name, bad := range map[string][]byte{"zero count": zero, "cut count": cut} {
 		if _, _, err := ParseResponse(bad); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: %v", name, err)
