@@ -38,10 +38,12 @@ func (b *bodyBackend) Get(context.Context, string) (ticket.Ticket, bool, error) 
 func (b *bodyBackend) List(context.Context, string, int) ([]ticket.Ticket, bool, error) {
 	return nil, false, errUnused
 }
-func (b *bodyBackend) Status(context.Context) wire.Status               { return wire.Status{} }
-func (b *bodyBackend) Readiness() wire.Health                           { return wire.Health{Status: "ok"} }
-func (b *bodyBackend) Liveness() wire.Health                            { return wire.Health{Status: "ok"} }
-func (b *bodyBackend) Members(context.Context) ([]wire.Member, error)   { return nil, errUnused }
+func (b *bodyBackend) Status(context.Context) wire.Status { return wire.Status{} }
+func (b *bodyBackend) Readiness() wire.Health             { return wire.Health{Status: "ok"} }
+func (b *bodyBackend) Liveness() wire.Health              { return wire.Health{Status: "ok"} }
+func (b *bodyBackend) Members(context.Context) (wire.Members, error) {
+	return wire.Members{}, errUnused
+}
 func (b *bodyBackend) TransferLeadership(context.Context, string) error { return errUnused }
 func (b *bodyBackend) RemoveMember(context.Context, string) error       { return errUnused }
 func (b *bodyBackend) Snapshot(context.Context) (wire.SnapshotInfo, error) {
