@@ -19,6 +19,7 @@ import (
 
 	"github.com/tckclk/tckclk/internal/clustertest"
 	"github.com/tckclk/tckclk/node/api/client"
+	"github.com/tckclk/tckclk/node/api/wire"
 )
 
 // A supervised cluster (issue 24 item 6): three ticketd processes from
@@ -583,4 +584,17 @@ func (sc *superCluster) waitHealthy(timeout time.Duration, seen func(clusterStat
 		}
 		time.Sleep(250 * time.Millisecond) // a health poll with a deadline
 	}
+}
+
+// members is the leader's view of the configuration, for a report.
+func (sc *superCluster) members() []wire.Member {
+	for _, name := range clusterNames {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		ms, err := sc.cl[name].Members(ctx)
+		cancel()
+		if err == nil {
+			return ms.Members
+		}
+	}
+	return nil
 }
