@@ -99,11 +99,12 @@ type clusterBackend struct {
 	health    wire.ClusterHealth
 	healthErr error
 	members   []wire.Member
+	retired   []string
 }
 
 func (b *clusterBackend) Status(context.Context) wire.Status { return b.status }
 func (b *clusterBackend) Members(context.Context) (wire.Members, error) {
-	return wire.Members{Members: b.members}, nil
+	return wire.Members{Members: b.members, RetiredNodeIDs: b.retired}, nil
 }
 func (b *clusterBackend) ClusterHealth(context.Context) (wire.ClusterHealth, error) {
 	return b.health, b.healthErr
@@ -144,6 +145,7 @@ func TestStatusPageMemberStatesInChromium(t *testing.T) {
 			{ID: "node-6", Gossip: "alive", Role: "voter", Clock: "healthy", BoundLimitMs: 250},
 			{ID: "worker-1", Gossip: "alive", Role: "client", Clock: "healthy", BoundLimitMs: 250},
 		},
+		retired: []string{"node-0", "node-5"},
 	}
 	srv := httptest.NewServer(NewHandler(Options{Backend: b, AdminToken: []byte(adminTok)}))
 	defer srv.Close()
@@ -168,6 +170,9 @@ func TestStatusPageMemberStatesInChromium(t *testing.T) {
 	}
 	if !strings.Contains(got["node-1"][1], `<td>alive</td><td class="num">7</td><td class="num">90</td><td class="num">0</td><td class="num">12 ms ago</td>`) {
 		t.Errorf("node-1: term 7, index 90, lag 0, contact 12 ms not shown: %s", got["node-1"][1])
+	}
+	if !strings.Contains(dom, `<div id="retired" style="display: block;">Retired NodeIds (refused if they come back): node-0, node-5</div>`) {
+		t.Errorf("the retired NodeIds are not listed:\n%s", dom)
 	}
 	for id, gen := range map[string]string{"node-1": "1", "node-2~3": "3"} {
 		if !strings.Contains(got[id][1], `</td><td class="num">`+gen+`</td>`) {
