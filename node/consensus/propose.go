@@ -187,12 +187,33 @@ func setShutdownCh(f raft.Future, ch chan struct{}) bool {
 	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
 		return false
 	}
-	fc := v.Elem().FieldByName("ShutdownCh")
-	if !fc.IsValid() || !fc.CanSet() || fc.Type() != reflect.TypeOf(ch) || !fc.IsNil() {
+	idx, ok := shutdownField(v.Elem().Type())
+	if !ok {
+		return false
+	}
+	fc := v.Elem().FieldByIndex(idx)
+	if !fc.CanSet() || !fc.IsNil() {
 		return false
 	}
 	fc.Set(reflect.ValueOf(ch))
 	return true
+}
+
+// shutdownFields caches, per future type, the index of its ShutdownCh
+// field (nil: none of the right type): looking it up by name on every
+// proposal allocated several objects each time.
+var shutdownFields sync.Map // reflect.Type → []int
+
+func shutdownField(t reflect.Type) ([]int, bool) {
+	if idx, ok := shutdownFields.Load(t); ok {
+		return idx.([]int), idx.([]int) != nil
+	}
+	var idx []int
+	if sf, ok := t.FieldByName("ShutdownCh"); ok && sf.IsExported() && sf.Type == reflect.TypeOf((chan struct{})(nil)) {
+		idx = sf.Index
+	}
+	shutdownFields.Store(t, idx)
+	return idx, idx != nil
 }
 
 // Propose applies one encoded entry and returns the FSM's answer, waiting
@@ -204,10 +225,11 @@ func (p *Raft) Propose(ctx context.Context, data []byte) (ticket.Result, error) 
 // ProposeWithin is Propose waiting at most bound (and as long as ctx
 // allows): without an answer by then the outcome is unknown.
 func (p *Raft) ProposeWithin(ctx context.Context, data []byte, bound time.Duration) (ticket.Result, error) {
+	enqueue := bound
 	if d, ok := ctx.Deadline(); ok {
-		bound = min(bound, max(time.Millisecond, time.Until(d)))
+		enqueue = min(bound, max(time.Millisecond, time.Until(d)))
 	}
-	f := p.r.Apply(data, bound)
+	f := p.r.Apply(data, enqueue)
 	handled, err := p.waitInPlace(ctx, f, bound)
 	if !handled {
 		wctx, cancel := context.WithTimeout(ctx, bound)

@@ -119,12 +119,18 @@ func startDiag(ctx context.Context, o options, s *server, tag string, d *diag) f
 	}
 	if o.profile != "" && strings.HasPrefix(s.system, "ticketd") {
 		secs := max(1, int(o.duration.Seconds()))
-		addr := s.pprof[s.leader]
-		for _, kind := range []string{"profile", "block", "mutex"} {
+		type want struct{ addr, kind, name string }
+		wants := []want{{s.pprof[s.leader], "profile", "cpu"}, {s.pprof[s.leader], "block", "block"}, {s.pprof[s.leader], "mutex", "mutex"},
+			{s.pprof[s.leader], "allocs", "allocs"}} // allocs: objects allocated in the window (sampled), for allocations per request
+		if len(s.pprof) > 1 { // and one follower's CPU: replication, its log, its FSM
+			wants = append(wants, want{s.pprof[(s.leader+1)%len(s.pprof)], "profile", "follower-cpu"})
+		}
+		for _, w := range wants {
+			addr, kind := w.addr, w.kind
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				file := filepath.Join(o.profile, fmt.Sprintf("%s-%s.pprof", tag, map[string]string{"profile": "cpu", "block": "block", "mutex": "mutex"}[kind]))
+				file := filepath.Join(o.profile, fmt.Sprintf("%s-%s.pprof", tag, w.name))
 				if err := fetch(ctx, fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", addr, kind, secs), file); err != nil {
 					fail(err)
 					return

@@ -115,7 +115,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.keep, "keep", false, "keep the temp dir (data, keys, logs)")
 	tflags := fs.String("ticketd-flags", "", "extra ticketd flags (space-separated), e.g. for an experiment")
 	fs.StringVar(&o.only, "only", "", "run only this system (etcd or ticketd): for profiling, no ratios")
-	fs.StringVar(&o.profile, "profile", "", "diagnostics: give each ticketd --debug.pprof and save the leader's CPU, block and mutex profiles of every window in this directory")
+	fs.StringVar(&o.profile, "profile", "", "diagnostics: give each ticketd --debug.pprof and save the leader's CPU, block, mutex and allocs (in the window) profiles and a follower's CPU profile of every window in this directory")
 	fs.BoolVar(&o.strace, "strace", false, "diagnostics: count each leader's fsyncs per Raft entry with strace (slows the servers: not for the figures)")
 	fs.BoolVar(&o.h2c, "h2c", false, "experiment: ticketd clients speak HTTP/2 without TLS (the ticketd built must accept h2c)")
 	fs.BoolVar(&o.h2cCompare, "h2c-compare", false, "experiment: also measure each ticketd with h2c clients, beside the HTTP/1.1 ones")
