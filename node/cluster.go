@@ -362,6 +362,7 @@ func (cl *clusterNode) run(ctx context.Context, cons *consensus.Raft) {
 	rctx, stopRefresh := context.WithCancel(ctx)
 	defer stopRefresh() // before wg.Wait (deferred earlier)
 	wg.Go(func() { cl.refreshLoop(rctx, newTicker) })
+	wg.Go(func() { cl.watchReusedID(rctx, cons, newTicker) }) // cluster_generation.go
 	wg.Go(func() { cl.crash.run(rctx, cons) })
 
 	// The stability window runs on a real timer: it restarts whenever the

@@ -53,6 +53,7 @@ const (
 type lifecycle struct {
 	retired atomic.Bool   // this node's clock FAILED after clock_check
 	nudge   chan struct{} // membership changed: the leader's retire watch looks again
+	reused  chan struct{} // closed: the cluster holds this NodeId retired (cluster_generation.go)
 
 	mu     sync.Mutex
 	logged map[string]bool // retired NodeIds seen trying to rejoin (logged once each)
@@ -72,6 +73,7 @@ func (l *lifecycle) poke() {
 // initLifecycle prepares cl.life; loadCluster's caller runs it once.
 func (cl *clusterNode) initLifecycle() {
 	cl.life.nudge = make(chan struct{}, 1)
+	cl.life.reused = make(chan struct{})
 	cl.life.logged = map[string]bool{}
 }
 

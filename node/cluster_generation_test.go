@@ -134,3 +134,51 @@ func TestClusterFailedNodeComesBackAsNextGeneration(t *testing.T) {
 		t.Fatalf("%s not in members %+v", want, mlist.Members)
 	}
 }
+
+// SPEC §3.4 "a NodeId is never reused", the data dir lost entirely: a
+// follower's clock FAILs and the cluster records its NodeId retired; its
+// data dir is then lost. Started on an empty dir it is NAME again, asks a
+// peer for the retired generations of its name, finds itself retired,
+// marks the dir (the cluster's generation as the floor) and exits
+// (ErrNodeIDRetired, exit status 1); started once more it comes back as
+// NAME~2 and is promoted. It never joined as NAME.
+func TestClusterLostDataDirNeverReusesNodeID(t *testing.T) {
+	tc, leader := formThree(t)
+	lc := tc.nodes[leader]
+	victim := tc.others(leader)[0]
+	name := victim.n.cfg.Cluster.Name
+	lie(t, victim)
+	if err := waitExit(t, victim.tn, 15*time.Second); err == nil {
+		t.Fatalf("%s exited without its clock error", name)
+	}
+	waitFor(t, "the leader records "+name+" retired", 20*time.Second, func() bool { return lc.n.fsm.IsRetired(name) })
+	raftCfg := victim.an.cfg.Cluster.Raft
+	if err := os.RemoveAll(raftCfg.DataDir); err != nil {
+		t.Fatal(err)
+	}
+
+	again := tc.startWith(name, lc.gossipAddr(), raftCfg.BootstrapExpect, func(c *Config) { c.Cluster.Raft = raftCfg })
+	if got := again.n.cfg.Cluster.Name; got != name {
+		t.Fatalf("an empty data dir started as %q, want %q", got, name)
+	}
+	if err := waitExit(t, again.tn, 20*time.Second); !errors.Is(err, ErrNodeIDRetired) {
+		t.Fatalf("%s on an empty data dir returned %v, want ErrNodeIDRetired", name, err)
+	}
+	if s, err := again.n.cons.Load().Servers(); err != nil || len(s) != 0 {
+		t.Fatalf("the reused %s joined: configuration %v, %v", name, s, err)
+	}
+	next := tc.startWith(name, lc.gossipAddr(), raftCfg.BootstrapExpect, func(c *Config) { c.Cluster.Raft = raftCfg })
+	want := name + "~2"
+	if got := next.n.cfg.Cluster.Name; got != want {
+		t.Fatalf("restarted as %q, want %q", got, want)
+	}
+	waitFor(t, want+" a voter, "+name+" gone", 60*time.Second, func() bool {
+		for _, cm := range tc.others(name) {
+			if cm.n.raft().State() == raft.Leader {
+				v := voterIDs(cm)
+				return slices.Contains(v, want) && len(v) == 3 && !slices.Contains(configIDs(cm), name)
+			}
+		}
+		return false
+	})
+}

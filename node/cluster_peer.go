@@ -61,6 +61,13 @@ func (cl *clusterNode) answerPeer(c net.Conn) {
 	if _, err := io.ReadFull(c, op[:]); err != nil {
 		return
 	}
+	if op[0] == peerstatus.OpRetiredGeneration {
+		// The asker is the stream's authenticated mesh peer (its NAME).
+		if ps, ok := c.(interface{ PeerID() string }); ok {
+			_, _ = c.Write(peerstatus.EncodeGeneration(uint32(cl.retiredGeneration(ps.PeerID()))))
+		}
+		return
+	}
 	if op[0] != peerstatus.Op {
 		cl.log.Warn("peer status: unknown request", "op", op[0])
 		return
@@ -100,6 +107,34 @@ func (cl *clusterNode) queryPeer(ctx context.Context, id, addr string) (peerstat
 		return peerstatus.Status{}, fmt.Errorf("node: peer status of %s: %w", id, err)
 	}
 	return st, nil
+}
+
+// queryRetiredGeneration asks the peer id (a NodeId) for the highest
+// generation of this node's name its replicated state holds retired.
+func (cl *clusterNode) queryRetiredGeneration(ctx context.Context, id, addr string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, peerQueryTimeout)
+	defer cancel()
+	s, err := cl.mesh.Dial(ctx, addr, identity.TrustName(id), mesh.ClassBootstrap)
+	if err != nil {
+		return 0, err
+	}
+	defer s.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = s.SetDeadline(dl)
+	}
+	if _, err := s.Write([]byte{peerstatus.OpRetiredGeneration}); err != nil {
+		return 0, fmt.Errorf("node: retired generation from %s: %w", id, err)
+	}
+	b := make([]byte, peerstatus.GenLen+1) // one more: a longer answer is refused
+	nr, err := io.ReadFull(s, b)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return 0, fmt.Errorf("node: retired generation from %s: %w", id, err)
+	}
+	g, err := peerstatus.DecodeGeneration(b[:nr])
+	if err != nil {
+		return 0, fmt.Errorf("node: retired generation from %s: %w", id, err)
+	}
+	return int(min(g, identity.MaxGeneration)), nil
 }
 
 // progress is RunnerConfig.Progress: a member's last log index, asked

@@ -218,9 +218,12 @@ func (n *Node) run(ctx context.Context, deps *Deps) (err error) {
 		defer stopWatch()
 	}
 
-	var failed <-chan struct{}
+	var failed, reused <-chan struct{}
 	if f, ok := n.guard.(interface{ Failed() <-chan struct{} }); ok {
 		failed = f.Failed()
+	}
+	if n.cl != nil {
+		reused = n.cl.life.reused // the cluster holds this NodeId retired (cluster_generation.go)
 	}
 	if n.mon != nil {
 		if err := n.mon.Start(); err != nil {
@@ -314,6 +317,9 @@ func (n *Node) run(ctx context.Context, deps *Deps) (err error) {
 				// A single node serves 503s until stopped.
 				return n.failedExit()
 			}
+		case <-reused:
+			n.stage.set(StageRemoved, reasonRemoved)
+			return n.cl.reusedExit()
 		case <-deps.Reload:
 			n.reload(deps.ReloadConfig)
 		}

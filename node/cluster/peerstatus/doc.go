@@ -11,5 +11,9 @@
 //
 // Gossip-only client nodes learn the leader they forward to from it.
 //
+// A second request, OpRetiredGeneration, asks for the highest retired
+// generation of the asker's own name (version u8 | generation u32): a node
+// that never joined learns whether its NodeId is retired (SPEC §3.4).
+//
 // Decode is strict and never panics (FuzzDecode, with a naive oracle).
 package peerstatus

@@ -59,3 +59,30 @@ func Decode(b []byte) (Status, error) {
 	}
 	return Status{HasState: b[1]&flagHasState != 0, LastIndex: binary.BigEndian.Uint64(b[2:]), Leader: string(b[MinLen:])}, nil
 }
+
+// OpRetiredGeneration asks a peer for the highest generation of the
+// asker's own name (the mesh peer id of the stream) that the replicated
+// state holds retired (SPEC §3.4): a node started on a data dir lost
+// entirely learns there that its NodeId was retired and must come back as
+// a later generation. The answer is GenLen bytes: version u8 (1) |
+// generation u32 (0: none retired).
+const OpRetiredGeneration = 2
+
+// GenLen is the length of an OpRetiredGeneration answer.
+const GenLen = 1 + 4
+
+// EncodeGeneration returns the OpRetiredGeneration answer for gen.
+func EncodeGeneration(gen uint32) []byte {
+	return binary.BigEndian.AppendUint32([]byte{Version}, gen)
+}
+
+// DecodeGeneration parses an OpRetiredGeneration answer strictly.
+func DecodeGeneration(b []byte) (uint32, error) {
+	switch {
+	case len(b) != GenLen:
+		return 0, fmt.Errorf("%w: generation answer of %d bytes, want %d", ErrMalformed, len(b), GenLen)
+	case b[0] != Version:
+		return 0, fmt.Errorf("%w: version %d", ErrMalformed, b[0])
+	}
+	return binary.BigEndian.Uint32(b[1:]), nil
+}

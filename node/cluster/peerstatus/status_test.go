@@ -90,3 +90,19 @@ func TestFrame(t *testing.T) {
 		}
 	}
 }
+
+// The OpRetiredGeneration answer round-trips; every other length or
+// version is refused.
+func TestGenerationFrame(t *testing.T) {
+	for _, g := range []uint32{0, 1, 2, 999999, 1<<32 - 1} {
+		got, err := DecodeGeneration(EncodeGeneration(g))
+		if err != nil || got != g {
+			t.Fatalf("round trip of %d: %d, %v", g, got, err)
+		}
+	}
+	for _, b := range [][]byte{nil, {Version}, {Version, 0, 0, 0}, {Version, 0, 0, 0, 1, 0}, {2, 0, 0, 0, 1}} {
+		if _, err := DecodeGeneration(b); !errors.Is(err, ErrMalformed) {
+			t.Errorf("DecodeGeneration(%x): %v, want ErrMalformed", b, err)
+		}
+	}
+}

@@ -1,0 +1,113 @@
+package node
+
+// A data dir lost entirely (SPEC §3.4: a NodeId is never reused, "the
+// cluster's replicated retired list"): a node that has never joined — its
+// Raft configuration is empty — asks a peer holding Raft state for the
+// highest retired generation of its own name (peerstatus
+// OpRetiredGeneration; the peer reads the asker's name from the mesh
+// session). If its NodeId is among the retired, it marks its data dir
+// retired with that generation as the floor and exits 1: its supervisor
+// starts it again, and generation.go moves the dir aside and comes back
+// above the floor. With auto_replace off it does nothing here (the
+// leader's reconciler refuses the reused NodeId and logs it).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tckclk/tckclk/node/clockhealth"
+	"github.com/tckclk/tckclk/node/cluster/identity"
+	"github.com/tckclk/tckclk/node/cluster/membership"
+	"github.com/tckclk/tckclk/node/consensus"
+	"github.com/tckclk/tckclk/node/datadir"
+)
+
+// reusedCheckInterval is how often a node that has not joined asks.
+const reusedCheckInterval = time.Second
+
+// ErrNodeIDRetired is what a node returns (exit status 1) when it learns
+// from the cluster that its NodeId is retired: restarted, it comes back as
+// the next generation.
+var ErrNodeIDRetired = errors.New("node: this NodeId is retired in the cluster's replicated state")
+
+// retiredGeneration is the highest generation of name this node's
+// replicated state holds retired (0: none).
+func (cl *clusterNode) retiredGeneration(name string) int {
+	top := 0
+	for _, id := range cl.n.fsm.Retired() {
+		if nm, g, ok := identity.SplitGeneration(id); ok && nm == name {
+			top = max(top, g)
+		}
+	}
+	return top
+}
+
+// watchReusedID asks, every reusedCheckInterval until this node has
+// joined (or ctx ends), whether its NodeId is retired in the cluster; if
+// so it marks the data dir and closes cl.life.reused.
+func (cl *clusterNode) watchReusedID(ctx context.Context, cons *consensus.Raft, newTicker clockhealth.TickerFunc) {
+	n := cl.n
+	if !n.cfg.Cluster.AutoReplace || !cl.eligible() {
+		return
+	}
+	name, gen, _ := identity.SplitGeneration(n.cfg.Cluster.Name)
+	tk := newTicker("reused", reusedCheckInterval)
+	defer tk.Stop()
+	for {
+		if s, err := cons.Servers(); err == nil && len(s) > 0 {
+			return // joined: its NodeId was not retired when it was added
+		}
+		if top, from := cl.askRetiredGeneration(ctx, name); top >= gen {
+			cl.markReused(top, from)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C():
+		}
+	}
+}
+
+// askRetiredGeneration asks the alive peers that hold Raft state, one
+// after another until one answers, for the highest retired generation of
+// name; it returns 0 when none answered.
+func (cl *clusterNode) askRetiredGeneration(ctx context.Context, name string) (int, string) {
+	for _, m := range cl.mem.Members() {
+		if m.Name == cl.n.cfg.Cluster.gossipName() || m.State != membership.StateAlive ||
+			(m.Meta.Bootstrap != membership.BootstrapHasState && m.Meta.Bootstrap != membership.BootstrapDone) {
+			continue
+		}
+		g, err := cl.queryRetiredGeneration(ctx, m.ID, m.Meta.MeshAddr)
+		if err != nil {
+			cl.log.Debug("asking for the retired generations of this name", "peer", m.ID, "err", err)
+			continue
+		}
+		return g, m.ID
+	}
+	return 0, ""
+}
+
+// markReused records that this NodeId is retired in the cluster (the
+// marker's floor is the highest retired generation) and tells the run
+// loop to exit.
+func (cl *clusterNode) markReused(top int, from string) {
+	n := cl.n
+	reason := fmt.Sprintf("nodeid_retired: the cluster (asked %s) holds generation %d of %s retired", from, top, n.cfg.Cluster.gossipName())
+	if err := n.dir.WriteRetirement(datadir.Retirement{Reason: reason, NodeID: n.cfg.Cluster.Name, Floor: top}); err != nil {
+		cl.log.Error("this NodeId is retired in the cluster but the retired marker could not be written: it stays out of the cluster (the reconciler refuses it); bring a new NodeId",
+			"node_id", n.cfg.Cluster.Name, "err", err)
+		return
+	}
+	cl.log.Error("this NodeId is retired in the cluster (a lost data dir?): marked retired; the process exits and a restart comes back as the next generation",
+		"node_id", n.cfg.Cluster.Name, "retired_generation", top, "asked", from)
+	close(cl.life.reused)
+}
+
+// reusedExit is what the run loop returns once markReused closed
+// cl.life.reused.
+func (cl *clusterNode) reusedExit() error {
+	return fmt.Errorf("%w: %s; restart to come back as the next generation", ErrNodeIDRetired, cl.n.cfg.Cluster.Name)
+}
