@@ -866,6 +866,16 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *Err
 	if r.ContentLength > limit {
 		return nil, tooLarge
 	}
+	if r.ContentLength >= 0 {
+		// The length is known (and within limit): read exactly it, without
+		// a growing buffer or a MaxBytesReader; net/http ends the body
+		// there.
+		b := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, b); err != nil {
+			return nil, badRequest("reading the body: %v", err)
+		}
+		return b, nil
+	}
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError
