@@ -28,8 +28,8 @@ import (
 // pre-vote (hashicorp/raft's default), which a voter refuses while it
 // still follows a leader, and a pre-vote changes no term. A session that
 // broke while the leader lives (a reconnect, a one-way cut) costs at most
-// this follower's pre-vote; only when every voter has lost the leader can
-// a real election follow. A partition or a lost machine ends no session
+// this follower's pre-vote; only when a majority of the voters has lost
+// the leader can a real election follow. A partition or a lost machine ends no session
 // (no EOF, no reset): it still waits the heartbeat timeout.
 //
 // The stagger (uniform in [0, crash_detect/2)) spreads the followers'
