@@ -32,16 +32,12 @@ exit status: 0 recovered, 1 the old state cannot be recovered, 2 bad usage
 // recoverCmd is `ticketd recover`.
 func recoverCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ticketd recover", flag.ContinueOnError)
-	from := fs.String("from", "", "")
-	f := bindNewCluster(fs, "500")
+	f := bindNewCluster(fs, "from", "500")
 	d, code, ok := f.parse(fs, args, recoverUsage, stderr)
 	if !ok {
 		return code
 	}
-	if *from == "" || *f.id == "" || *f.to == "" {
-		fmt.Fprint(stderr, "ticketd recover: --from, --node-id and --data-dir are required\n\n"+recoverUsage)
-		return 2
-	}
+	from := f.from
 	res, err := node.Recover(node.RecoverOptions{From: *from, To: *f.to, NodeID: *f.id, Address: *f.addr, DeltaMs: d, LogStore: *f.store})
 	if err != nil {
 		return failed("ticketd recover", err, stderr, node.ErrNotRetired)

@@ -44,11 +44,13 @@ exit status: 0 restored, 1 the backup cannot be restored (named), 2 bad usage
 
 // newClusterFlags are the flags recover and restore share.
 type newClusterFlags struct {
-	id, to, addr, delta, store *string
+	fromName                         string // --from or --from-snapshot
+	from, id, to, addr, delta, store *string
 }
 
-func bindNewCluster(fs *flag.FlagSet, defaultDelta string) newClusterFlags {
+func bindNewCluster(fs *flag.FlagSet, fromName, defaultDelta string) newClusterFlags {
 	return newClusterFlags{
+		fromName: fromName, from: fs.String(fromName, "", ""),
 		id: fs.String("node-id", "", ""), to: fs.String("data-dir", "", ""), addr: fs.String("address", "", ""),
 		delta: fs.String("delta-ms", defaultDelta, ""), store: fs.String("log-store", consensus.LogStoreAuto, ""),
 	}
@@ -68,6 +70,10 @@ func (f newClusterFlags) parse(fs *flag.FlagSet, args []string, usage string, st
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "%s: unexpected arguments %q\n\n%s", fs.Name(), fs.Args(), usage)
+		return 0, 2, false
+	}
+	if *f.from == "" || *f.id == "" || *f.to == "" {
+		fmt.Fprintf(stderr, "%s: --%s, --node-id and --data-dir are required\n\n%s", fs.Name(), f.fromName, usage)
 		return 0, 2, false
 	}
 	if *f.delta != "" {
@@ -103,17 +109,13 @@ func failed(name string, err error, stderr io.Writer, usageErr ...error) int {
 // restoreCmd is `ticketd restore`.
 func restoreCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ticketd restore", flag.ContinueOnError)
-	from := fs.String("from-snapshot", "", "")
 	epoch := fs.String("epoch", "", "")
-	f := bindNewCluster(fs, "")
+	f := bindNewCluster(fs, "from-snapshot", "")
 	delta, code, ok := f.parse(fs, args, restoreUsage, stderr)
 	if !ok {
 		return code
 	}
-	if *from == "" || *f.id == "" || *f.to == "" {
-		fmt.Fprint(stderr, "ticketd restore: --from-snapshot, --node-id and --data-dir are required\n\n"+restoreUsage)
-		return 2
-	}
+	from := f.from
 	var ep uint64
 	if *epoch != "" {
 		var err error
