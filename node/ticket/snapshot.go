@@ -822,11 +822,31 @@ func (f *FSM) Restore(r io.Reader) error { return f.RestoreChecked(r, nil) }
 // its header (Δ, command index, Raft position; no tickets) and may refuse
 // it, as a refused restore.
 func (f *FSM) RestoreChecked(r io.Reader, check func(*Snapshot) error) error {
-	// The tree and the heap are built as the tickets stream in (an item
-	// each, in name order, no copy of the whole state in between), before
-	// the lock is taken.
+	// The items are built as the tickets stream in (no copy of the whole
+	// state in between) and handed in chunks to a goroutine that builds
+	// the tree meanwhile; the map is built once their number is verified
+	// (sized once: growing it costs more than the rest together), while
+	// the tree's goroutine finishes. All before the lock is taken.
+	const chunkLen = 1 << 12
 	var heap []*item
-	tree := newTree()
+	var chunk []*item
+	toTree := make(chan []*item, 16)
+	treeDone := make(chan *btree.BTreeG[*item], 1)
+	go func() {
+		tree := newTree()
+		for c := range toTree {
+			for _, it := range c {
+				tree.ReplaceOrInsert(it)
+			}
+		}
+		treeDone <- tree
+	}()
+	send := func() {
+		if len(chunk) > 0 {
+			toTree <- chunk
+			chunk = nil
+		}
+	}
 	holders := map[string]string{}
 	s, err := readSnapshot(r, func(t Ticket, count uint64) {
 		if heap == nil {
@@ -839,8 +859,15 @@ func (f *FSM) RestoreChecked(r io.Reader, check func(*Snapshot) error) error {
 		}
 		it := &item{Ticket: t, hidx: len(heap)}
 		heap = append(heap, it)
-		tree.ReplaceOrInsert(it)
+		if chunk == nil {
+			chunk = make([]*item, 0, chunkLen)
+		}
+		if chunk = append(chunk, it); len(chunk) == chunkLen {
+			send()
+		}
 	})
+	send()
+	close(toTree)
 	if err == nil && s.DeltaMs != f.expect {
 		err = fmt.Errorf("%w: the snapshot's Δ is %d ms, this node is configured with %d ms", ErrDeltaMismatch, s.DeltaMs, f.expect)
 	}
@@ -848,13 +875,14 @@ func (f *FSM) RestoreChecked(r io.Reader, check func(*Snapshot) error) error {
 		err = check(s)
 	}
 	var byName map[string]*item
-	if err == nil { // sized once the tickets are verified
+	if err == nil {
 		byName = make(map[string]*item, len(heap))
 		for _, it := range heap {
 			it.mod = s.Index
 			byName[it.Name] = it
 		}
 	}
+	tree := <-treeDone
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err != nil {
