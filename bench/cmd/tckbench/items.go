@@ -41,6 +41,8 @@ type itemOptions struct {
 	scale         []int  // scale section's ticket counts
 	scaleClients  int
 	scaleBatch    int
+	scaleLease    int  // the fill's lease_s
+	scaleKeep     bool // renew the fill's tickets until the measurements end (keeper)
 }
 
 func (it itemOptions) on(section string) bool { return slices.Contains(it.sections, section) }
@@ -68,6 +70,8 @@ func addItemFlags(fs *flag.FlagSet, o *itemOptions) func() error {
 	scale := fs.String("scale", "20000,50000", "scale section: active-ticket counts, each in a fresh 3-node cluster (comma-separated; the issue's figure: 1000000 with -scale-batch)")
 	fs.IntVar(&o.scaleClients, "scale-clients", 256, "scale section: concurrent clients filling the cluster")
 	fs.IntVar(&o.scaleBatch, "scale-batch", 0, "scale section: grants per POST /v1/batch (the ticketd built must have it; 0: one Grant request each)")
+	fs.IntVar(&o.scaleLease, "scale-lease", scaleLease, "scale section: the fill's lease_s (1..=250)")
+	fs.BoolVar(&o.scaleKeep, "scale-keep", true, "scale section, with -scale-batch: renew every ticket through POST /v1/batch before its lease ends, from the fill's start to the last measurement, so that a fill longer than a lease still ends with every ticket active")
 	fs.StringVar(&o.chronyd, "chronyd", lookChronyd(), "tightness section: the chronyd binary (Debian's chrony); absent: the section is skipped with a message")
 	return func() error {
 		var err error
@@ -90,6 +94,8 @@ func addItemFlags(fs *flag.FlagSet, o *itemOptions) func() error {
 			return errors.New("-tightness-every must be positive and -tightness-duration at least one -tightness-every")
 		case o.scaleClients < 1 || o.scaleBatch < 0:
 			return errors.New("-scale-clients must be ≥ 1 and -scale-batch ≥ 0")
+		case o.scaleLease < 1 || o.scaleLease > 250:
+			return fmt.Errorf("-scale-lease %d is outside 1..=250 (SPEC §4's lease_s)", o.scaleLease)
 		}
 		return nil
 	}

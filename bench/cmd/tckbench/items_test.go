@@ -55,6 +55,8 @@ func TestItemFlagsRefused(t *testing.T) {
 		{[]string{"-scale", "1e6"}, "-scale"},
 		{[]string{"-scale-clients", "0"}, "-scale-clients"},
 		{[]string{"-scale-batch", "-1"}, "-scale-batch"},
+		{[]string{"-scale-lease", "0"}, "-scale-lease"},
+		{[]string{"-scale-lease", "251"}, "-scale-lease"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), c.args, &out, &errb); code != 2 {

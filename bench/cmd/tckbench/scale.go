@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -63,6 +62,9 @@ type scaleResult struct {
 	CatchUpIndex    uint64  `json:"catch_up_index"`    // the leader's applied index it had to reach
 	CatchUpSnap     uint64  `json:"catch_up_snapshot"` // its last snapshot index then (> 0: it installed one)
 	CatchUpRSS      rss     `json:"catch_up_rss"`
+	Renewals        int64   `json:"renewals,omitempty"`       // the keeper's (keeper)
+	RenewFailures   int64   `json:"renew_failures,omitempty"` // tickets it lost
+	FirstRenewError string  `json:"first_renew_error,omitempty"`
 	Error           string  `json:"error,omitempty"` // the section failed here
 	Note            string  `json:"note,omitempty"`  // measured, but read it with this
 }
@@ -100,13 +102,16 @@ func readRSS(pid int) (rss, error) {
 	return r, nil
 }
 
-// scaleLease is the fill's lease, the longest SPEC §4 allows.
+// scaleLease is the fill's default lease, the longest SPEC §4 allows.
 const scaleLease = 250
+
+// scaleKeepers is how many renewal batches the keeper has in flight.
+const scaleKeepers = 4
 
 // runScale measures every count in -scale, one fresh cluster each, and
 // stops it before the next.
 func runScale(ctx context.Context, e *env, o options, out io.Writer) *scaleSection {
-	sec := &scaleSection{Clients: o.items.scaleClients, Batch: o.items.scaleBatch, TicketdFlags: o.ticketdFlags, Repo: o.repo}
+	sec := &scaleSection{Clients: o.items.scaleClients, Batch: o.items.scaleBatch, LeaseS: o.items.scaleLease, Keep: o.items.scaleKeep && o.items.scaleBatch > 0, TicketdFlags: o.ticketdFlags, Repo: o.repo}
 	for i, n := range o.items.scale {
 		sec.Results = append(sec.Results, scaleOne(ctx, e, o, n, fmt.Sprintf("scale%d-", i+1), out))
 		if ctx.Err() != nil {
@@ -141,11 +146,35 @@ func scaleOne(ctx context.Context, e *env, o options, n int, prefix string, out 
 	}
 	defer func() { closeLC() }() // the one of the moment: it is replaced after the restart
 
-	fmt.Fprintf(out, "scale %8d tickets: filling through the leader %s with %d clients, batch %d (lease %d s)\n", n, s.endpoint, o.items.scaleClients, o.items.scaleBatch, scaleLease)
+	leaseS := o.items.scaleLease
+	fmt.Fprintf(out, "scale %8d tickets: filling through the leader %s with %d clients, batch %d (lease %d s)\n", n, s.endpoint, o.items.scaleClients, o.items.scaleBatch, leaseS)
 	prof := scaleProfiler(ctx, o.profile, s, fmt.Sprintf("scale-%d", n), out)
 	defer prof.wait()
+	var k *keeper
+	if o.items.scaleKeep && o.items.scaleBatch > 0 {
+		k = newKeeper(n, o.items.scaleBatch, leaseS)
+		kctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: scaleKeepers}, Timeout: time.Minute}
+			defer hc.CloseIdleConnections()
+			var target atomic.Int64
+			target.Store(int64(s.leader))
+			k.run(kctx, hc, s.addrs, func() int { return int(target.Load()) }, func(from int) { target.CompareAndSwap(int64(from), int64((from+1)%len(s.addrs))) }, scaleKeepers)
+		}()
+		defer func() { // after the last measurement
+			stop()
+			<-done
+			r.Renewals, r.RenewFailures = k.renewed.Load(), k.failed.Load()
+			if p := k.first.Load(); p != nil {
+				r.FirstRenewError = *p
+			}
+			fmt.Fprintf(out, "scale %8d tickets: the keeper renewed %d tickets, %d renewals failed\n", n, r.Renewals, r.RenewFailures)
+		}()
+	}
 	fillProf := prof.during("fill-cpu", "profile", 30, n/2)
-	firstGrant, err := scaleFill(ctx, s.addrs, s.leader, n, o.items.scaleClients, o.items.scaleBatch, &r, out, fillProf)
+	firstGrant, err := scaleFill(ctx, s.addrs, s.leader, n, o.items.scaleClients, o.items.scaleBatch, leaseS, k, &r, out, fillProf)
 	if err != nil {
 		return fail("fill", err)
 	}
@@ -215,9 +244,12 @@ func scaleOne(ctx context.Context, e *env, o options, n int, prefix string, out 
 		return fail("status at the end", err)
 	}
 	r.ActiveEnd, r.FirstGrantAgeS = st.TicketsActive, time.Since(firstGrant).Seconds()
-	fmt.Fprintf(out, "scale %8d tickets: at the end tickets_active %d, the first grant %.0f s old (lease %d s + Δ: none expired while < %d s)\n",
-		n, r.ActiveEnd, r.FirstGrantAgeS, scaleLease, scaleLease)
-	if r.FirstGrantAgeS >= scaleLease {
+	fmt.Fprintf(out, "scale %8d tickets: at the end tickets_active %d, the first grant %.0f s old (lease %d s + Δ)\n",
+		n, r.ActiveEnd, r.FirstGrantAgeS, leaseS)
+	switch {
+	case k != nil && k.failed.Load() > 0:
+		r.Note = fmt.Sprintf("the keeper lost %d tickets (renewals failed or came too late; first: %s): keeping %d alive takes %d renewals/s beside the fill (tickets_active %d at the end)", k.failed.Load(), r.FirstRenewError, n, n/leaseS, r.ActiveEnd)
+	case k == nil && r.FirstGrantAgeS >= float64(leaseS):
 		r.Note = fmt.Sprintf("the measurements ended %.0f s after the first grant: tickets may have expired during them (tickets_active %d of %d)", r.FirstGrantAgeS, r.ActiveEnd, n)
 	}
 	return r
@@ -227,7 +259,11 @@ func scaleOne(ctx context.Context, e *env, o options, n int, prefix string, out 
 // goroutines, one Grant request each at a time or, batch > 0, batch
 // grants per POST /v1/batch (each op still its own Raft entry); it
 // prints progress every 10 s and returns when the first grant was sent.
-func scaleFill(ctx context.Context, addrs []string, leader, n, clients, batch int, r *scaleResult, out io.Writer, progress func(done int)) (time.Time, error) {
+func scaleFill(ctx context.Context, addrs []string, leader, n, clients, batch, leaseS int, k *keeper, r *scaleResult, out io.Writer, progress func(done int)) (time.Time, error) {
+	granted := func(int64, uint64, time.Time) {}
+	if k != nil {
+		granted = k.granted
+	}
 	var tds []*load.Ticketd
 	for _, a := range addrs {
 		td, err := load.NewTicketd(a, clients, false)
@@ -280,18 +316,26 @@ func scaleFill(ctx context.Context, addrs []string, leader, n, clients, batch in
 	// next try), counting a ticket still not granted as one error.
 	grant := func(i int64) bool {
 		var err error
+		var l *client.Lease
+		sent := time.Now()
 		for range 3 {
 			at := target.Load()
-			if _, err = tds[at].C.Grant(ctx, fmt.Sprintf("fill-%08d", i), "filler", scaleLease); err == nil || ctx.Err() != nil {
+			sent = time.Now()
+			if l, err = tds[at].C.Grant(ctx, fillName(i), "filler", leaseS); err == nil || ctx.Err() != nil {
 				break
 			}
 			moveOn(at)
 		}
-		if err != nil && errs.Add(1) == 1 {
-			s := err.Error()
-			firstErr.Store(&s)
+		if err != nil {
+			granted(i, 0, sent)
+			if errs.Add(1) == 1 {
+				s := err.Error()
+				firstErr.Store(&s)
+			}
+			return false
 		}
-		return err == nil
+		granted(i, l.Token, sent)
+		return true
 	}
 	grantClients, batchClients := clients, 0
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}, Timeout: time.Minute}
@@ -300,7 +344,7 @@ func scaleFill(ctx context.Context, addrs []string, leader, n, clients, batch in
 		grantClients, batchClients = 0, clients
 		// Ticket 0 alone first: a ticketd without the endpoint fails here,
 		// not silently one grant at a time.
-		if len(batchGrant(ctx, hc, addrs[leader], 0, 1)) > 0 {
+		if len(batchGrant(ctx, hc, addrs[leader], 0, 1, leaseS, granted)) > 0 {
 			return start, fmt.Errorf("POST %s/v1/batch did not grant (does the ticketd built have it?)", addrs[leader])
 		}
 		next.Store(1)
@@ -332,18 +376,18 @@ func scaleFill(ctx context.Context, addrs []string, leader, n, clients, batch in
 					return
 				}
 				to := min(from+int64(batch), int64(n))
-				granted := to - from
+				count := to - from
 				at := target.Load()
-				failed := batchGrant(ctx, hc, addrs[at], from, to)
+				failed := batchGrant(ctx, hc, addrs[at], from, to, leaseS, granted)
 				if len(failed) > 0 {
 					moveOn(at)
 				}
 				for _, i := range failed {
 					if !grant(i) { // failed in the batch: once more alone
-						granted--
+						count--
 					}
 				}
-				done.Add(granted)
+				done.Add(count)
 			}
 		}()
 	}
@@ -366,9 +410,10 @@ func scaleFill(ctx context.Context, addrs []string, leader, n, clients, batch in
 	return start, nil
 }
 
-// batchGrant grants fill tickets from..to-1 in one POST /v1/batch and
-// returns the ones not granted (all of them when the request failed).
-func batchGrant(ctx context.Context, hc *http.Client, url string, from, to int64) []int64 {
+// batchGrant grants fill tickets from..to-1 in one POST /v1/batch,
+// tells granted (when not nil) each one's token, and returns the ones not
+// granted (all of them when the request failed).
+func batchGrant(ctx context.Context, hc *http.Client, url string, from, to int64, leaseS int, granted func(i int64, token uint64, sent time.Time)) []int64 {
 	type op struct {
 		Op     string `json:"op"`
 		Name   string `json:"name"`
@@ -380,35 +425,27 @@ func batchGrant(ctx context.Context, hc *http.Client, url string, from, to int64
 	}
 	all := make([]int64, 0, to-from)
 	for i := from; i < to; i++ {
-		body.Ops = append(body.Ops, op{"grant", fmt.Sprintf("fill-%08d", i), "filler", scaleLease})
+		body.Ops = append(body.Ops, op{"grant", fillName(i), "filler", leaseS})
 		all = append(all, i)
 	}
 	b, err := json.Marshal(body)
 	if err != nil {
 		return all
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/batch", bytes.NewReader(b))
+	sent := time.Now()
+	res, err := postBatchResults(ctx, hc, url, b, len(all))
 	if err != nil {
-		return all
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := hc.Do(req)
-	if err != nil {
-		return all
-	}
-	defer resp.Body.Close()
-	var ans struct {
-		Results []struct {
-			Status int `json:"status"`
-		} `json:"results"`
-	}
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&ans) != nil || len(ans.Results) != len(all) {
 		return all
 	}
 	var failed []int64
-	for k, r := range ans.Results {
-		if r.Status != http.StatusOK {
+	for k, r := range res {
+		var g wire.Grant
+		if r.Status != http.StatusOK || json.Unmarshal(r.Body, &g) != nil || g.Token == 0 {
 			failed = append(failed, all[k])
+			continue
+		}
+		if granted != nil {
+			granted(all[k], g.Token, sent)
 		}
 	}
 	return failed

@@ -34,9 +34,12 @@ time=2026-12-01T14:23:01.000Z level=INFO msg="restored snapshot" id=2-4005-1 ind
 	}
 }
 
-// A real, short scale section: a 3-node cluster filled, snapshotted, its
-// leader restarted and a new node caught up — from a snapshot, as the
-// log keeps 10 entries only; the JSON holds every figure.
+// A real, short scale section: a 3-node cluster filled through POST
+// /v1/batch, snapshotted, its leader restarted and a new node caught up —
+// from a snapshot, as the log keeps 10 entries only; the JSON holds every
+// figure. The lease is 3 s (expiry 3 s + Δ 12 s, shorter than the
+// measurements): every ticket is still active at the end only because the
+// keeper renewed them all along.
 func TestRunScaleSection(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds ticketd and starts a 3-node cluster")
@@ -44,7 +47,7 @@ func TestRunScaleSection(t *testing.T) {
 	if _, err := exec.LookPath("openssl"); err != nil {
 		t.Skip("openssl (for deploy/cluster-keys.sh) is not on PATH")
 	}
-	_, md, b := runReport(t, "-sections", "scale", "-scale", "400", "-scale-clients", "16",
+	_, md, b := runReport(t, "-sections", "scale", "-scale", "400", "-scale-clients", "16", "-scale-batch", "50", "-scale-lease", "3",
 		"-ticketd-flags", "--cluster.raft.trailing_logs 10")
 	var rep struct {
 		Items struct {
@@ -61,6 +64,9 @@ func TestRunScaleSection(t *testing.T) {
 		// The fill's tickets, and the one probe grant before each snapshot.
 		if r.Error != "" || r.FillErrors != 0 || r.ActiveAfter != r.Tickets || r.ActiveEnd < r.Tickets || r.RestoredTickets < r.Tickets {
 			t.Errorf("%d tickets: active %d then %d, restored %d, fill errors %d, error %q", r.Tickets, r.ActiveAfter, r.ActiveEnd, r.RestoredTickets, r.FillErrors, r.Error)
+		}
+		if r.Renewals < int64(r.Tickets) || r.RenewFailures != 0 {
+			t.Errorf("%d tickets: the keeper renewed %d, lost %d (first: %s); want each renewed, none lost", r.Tickets, r.Renewals, r.RenewFailures, r.FirstRenewError)
 		}
 		if r.Leader.RSS <= 0 || len(r.Followers) != 2 || r.SnapshotBytes < int64(30*r.Tickets) || r.RestartReadyMs <= 0 || r.CatchUpMs <= 0 || r.CatchUpIndex < uint64(r.Tickets) || r.CatchUpRSS.RSS <= 0 || r.CatchUpSnap == 0 {
 			t.Errorf("%d tickets: figures %+v", r.Tickets, r)

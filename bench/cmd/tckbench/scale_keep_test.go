@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeRenewals answers POST /v1/batch renew ops as a node would: 200 for
+// a known ticket with its token, 409 otherwise; when busy returns true,
+// the op gets a 503 instead. It records each ticket's renewal times.
+type fakeRenewals struct {
+	mu     sync.Mutex
+	tokens map[string]uint64
+	at     map[string][]time.Time
+	busy   func() bool
+}
+
+func (f *fakeRenewals) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Ops []struct {
+			Op, Name, Holder string
+			Token            uint64
+			LeaseS           int `json:"lease_s"`
+		}
+	}
+	if r.URL.Path != "/v1/batch" || json.NewDecoder(r.Body).Decode(&req) != nil {
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	var ans struct {
+		Results []batchResult `json:"results"`
+	}
+	f.mu.Lock()
+	for _, op := range req.Ops {
+		st := http.StatusOK
+		switch {
+		case f.busy != nil && f.busy():
+			st = http.StatusServiceUnavailable
+		case op.Op != "renew" || f.tokens[op.Name] != op.Token || op.Holder != "filler" || op.LeaseS != 3:
+			st = http.StatusConflict
+		default:
+			f.at[op.Name] = append(f.at[op.Name], time.Now())
+		}
+		ans.Results = append(ans.Results, batchResult{Status: st, Body: json.RawMessage(`{}`)})
+	}
+	f.mu.Unlock()
+	_ = json.NewEncoder(w).Encode(&ans)
+}
+
+// The keeper renews every granted ticket before two thirds of its lease
+// have passed, again and again, skips the ones the fill did not grant,
+// moves to the next node when a node cannot serve, and counts what it
+// loses.
+func TestKeeperRenewsBeforeLeasesEnd(t *testing.T) {
+	const n = 40
+	busy := &fakeRenewals{tokens: map[string]uint64{}, at: map[string][]time.Time{}, busy: func() bool { return true }}
+	good := &fakeRenewals{tokens: map[string]uint64{}, at: map[string][]time.Time{}}
+	k := newKeeper(n, 8, 3)
+	start := time.Now()
+	for i := range int64(n) {
+		switch i {
+		case 7:
+			k.granted(i, 0, start) // the fill gave up on it
+		case 9:
+			good.tokens[fillName(i)] = 999 // the keeper holds another token: a 409, lost
+			k.granted(i, 9, start)
+		default:
+			good.tokens[fillName(i)] = uint64(i + 1)
+			k.granted(i, uint64(i+1), start)
+		}
+	}
+	srvBusy, srvGood := httptest.NewServer(busy), httptest.NewServer(good)
+	defer srvBusy.Close()
+	defer srvGood.Close()
+	addrs := []string{srvBusy.URL, srvGood.URL}
+	var target atomic.Int64 // the busy node first
+	ctx, cancel := context.WithTimeout(context.Background(), 7*time.Second)
+	defer cancel()
+	k.run(ctx, srvGood.Client(), addrs, func() int { return int(target.Load()) },
+		func(from int) { target.CompareAndSwap(int64(from), int64((from+1)%len(addrs))) }, 2)
+	end := time.Now()
+
+	good.mu.Lock()
+	defer good.mu.Unlock()
+	for i := range int64(n) {
+		at := good.at[fillName(i)]
+		if i == 7 || i == 9 {
+			if len(at) != 0 {
+				t.Errorf("%s renewed %d times, want never", fillName(i), len(at))
+			}
+			continue
+		}
+		if len(at) < 2 {
+			t.Fatalf("%s renewed %d times in %v, want ≥ 2 (a lease of 3 s)", fillName(i), len(at), end.Sub(start))
+		}
+		prev := start
+		for _, a := range append(at, end) {
+			if gap := a.Sub(prev); gap >= 3*time.Second {
+				t.Errorf("%s: %v without a renewal, past its 3 s lease", fillName(i), gap)
+			}
+			prev = a
+		}
+	}
+	if k.failed.Load() != 1 || k.renewed.Load() < 2*(n-2) {
+		t.Errorf("failed %d (want 1: the wrong token), renewed %d", k.failed.Load(), k.renewed.Load())
+	}
+	if target.Load() != 1 {
+		t.Errorf("the keeper stayed on node %d, want the one that serves", target.Load())
+	}
+}
