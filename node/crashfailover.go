@@ -17,8 +17,9 @@ import (
 // the crash (mesh.Config.SessionEnded). A follower whose session to the
 // leader it follows ended that way watches the leader's silence for one
 // heartbeat timeout: as soon as no contact has come for
-// raft.crash_detect_ms plus a stagger, it shortens Raft's heartbeat (and
-// election) timeout to crash_detect_ms, which wakes Raft's follower loop:
+// raft.crash_detect_ms plus a stagger, it shortens Raft's heartbeat
+// timeout to crash_detect_ms (and its election timeout to twice that,
+// shortElection), which wakes Raft's follower loop:
 // it finds the leader silent past the new timeout and stands for election
 // at once instead of after the heartbeat timeout. Once a leader is known
 // again (another one, this node, or the same one heard from again) the
@@ -35,8 +36,13 @@ import (
 // The stagger (uniform in [0, crash_detect/2)) spreads the followers'
 // elections: a candidate's pre-vote is refused by a follower that still
 // has the leader, and two candidates at the same instant would split the
-// vote; the election timeout is shortened with the heartbeat timeout so a
-// split costs crash_detect_ms, not the election timeout.
+// vote. The election timeout is shortened too, so a candidate refused by a
+// follower that still had the leader, or a split, tries again within
+// twice crash_detect_ms instead of the election timeout; not to
+// crash_detect_ms itself: a vote is written to disk by both ends before
+// it counts, and on a loaded machine that took longer than 100 ms often
+// enough to restart elections again and again (TestCrashFailoverKilledLeader
+// once took 1.4 s so).
 //
 // The leader lease stays as it is: hashicorp/raft's ReloadConfig refuses
 // a heartbeat timeout below it, and a lease of crash_detect_ms made
@@ -105,6 +111,11 @@ func (w *crashWatch) sessionEnded(peer string, peerGone bool) {
 	}
 }
 
+// shortElection is the election timeout while shortened (see crashWatch).
+func (w *crashWatch) shortElection() time.Duration {
+	return min(2*w.detect, max(w.normal.Election, w.detect))
+}
+
 // restoreAfter bounds a shortened period without a known leader (a
 // cluster without quorum elects on the normal timeouts).
 func (w *crashWatch) restoreAfter() time.Duration { return 10 * w.normal.Heartbeat }
@@ -125,7 +136,7 @@ func (w *crashWatch) decide(s *crashState, v crashView) (heartbeat, election tim
 		if bound := s.shortAt.Add(w.restoreAfter()); !known && v.now.Before(bound) {
 			// Look again within crash_detect_ms: the same leader heard
 			// from again changes neither state nor leader (no event).
-			return w.detect, w.detect, minTime(v.now.Add(w.detect), bound)
+			return w.detect, w.shortElection(), minTime(v.now.Add(w.detect), bound)
 		}
 		w.log.Info("crash failover: a leader is known again; heartbeat timeout restored", "leader", v.leader,
 			"state", v.state.String(), "after_ms", v.now.Sub(s.endAt).Milliseconds(), "known", known)
@@ -142,7 +153,7 @@ func (w *crashWatch) decide(s *crashState, v crashView) (heartbeat, election tim
 			w.log.Info("crash failover: the mesh session to the leader ended and it stayed silent: heartbeat timeout shortened to raft.crash_detect_ms",
 				"leader", s.gone, "silent_ms", v.now.Sub(v.lastContact).Milliseconds(), "crash_detect_ms", w.detect.Milliseconds())
 			s.short, s.shortAt = true, v.now
-			return w.detect, w.detect, v.now.Add(w.detect)
+			return w.detect, w.shortElection(), v.now.Add(w.detect)
 		case !v.now.Before(end):
 			w.outcome.WithLabelValues("leader_alive").Inc()
 			*s = crashState{}

@@ -56,9 +56,9 @@ func TestCrashWatchDecide(t *testing.T) {
 	w.ended(&s, "n2", follower("n2", -10, 0))
 	check("silent 10 ms", &s, follower("n2", -10, 0), want{hb, el, at(115), false}) // -10 + 100 + 25
 	check("silent 124 ms", &s, follower("n2", -10, 114), want{hb, el, at(115), false})
-	check("silent 125 ms", &s, follower("n2", -10, 115), want{100 * time.Millisecond, 100 * time.Millisecond, at(215), true})
-	check("still no leader", &s, crashView{state: raft.Candidate, now: at(200)}, want{100 * time.Millisecond, 100 * time.Millisecond, at(300), true})
-	check("the old leader, not heard from since", &s, follower("n2", -10, 210), want{100 * time.Millisecond, 100 * time.Millisecond, at(310), true})
+	check("silent 125 ms", &s, follower("n2", -10, 115), want{100 * time.Millisecond, 200 * time.Millisecond, at(215), true})
+	check("still no leader", &s, crashView{state: raft.Candidate, now: at(200)}, want{100 * time.Millisecond, 200 * time.Millisecond, at(300), true})
+	check("the old leader, not heard from since", &s, follower("n2", -10, 210), want{100 * time.Millisecond, 200 * time.Millisecond, at(310), true})
 	check("a new leader", &s, follower("n3", 220, 220), want{hb, el, time.Time{}, false})
 	if s != (crashState{}) {
 		t.Fatalf("state after restoring: %+v", s)
@@ -75,18 +75,18 @@ func TestCrashWatchDecide(t *testing.T) {
 
 	// Shortened, then the same leader heard from after the shortening.
 	w.ended(&s, "n2", follower("n2", 1990, 2000))
-	check("silent", &s, follower("n2", 1990, 2120), want{100 * time.Millisecond, 100 * time.Millisecond, at(2220), true})
+	check("silent", &s, follower("n2", 1990, 2120), want{100 * time.Millisecond, 200 * time.Millisecond, at(2220), true})
 	check("the leader answers again", &s, follower("n2", 2130, 2130), want{hb, el, time.Time{}, false})
 
 	// Shortened, no leader for the bound: restored anyway.
 	w.ended(&s, "n2", follower("n2", 2990, 3000))
-	check("silent", &s, follower("n2", 2990, 3200), want{100 * time.Millisecond, 100 * time.Millisecond, at(3300), true})
-	check("near the bound", &s, crashView{state: raft.Candidate, now: at(8150)}, want{100 * time.Millisecond, 100 * time.Millisecond, at(8200), true})
+	check("silent", &s, follower("n2", 2990, 3200), want{100 * time.Millisecond, 200 * time.Millisecond, at(3300), true})
+	check("near the bound", &s, crashView{state: raft.Candidate, now: at(8150)}, want{100 * time.Millisecond, 200 * time.Millisecond, at(8200), true})
 	check("the bound", &s, crashView{state: raft.Candidate, now: at(8200)}, want{hb, el, time.Time{}, false})
 
 	// Shortened, then this node is elected.
 	w.ended(&s, "n2", follower("n2", 8990, 9000))
-	check("silent", &s, follower("n2", 8990, 9200), want{100 * time.Millisecond, 100 * time.Millisecond, at(9300), true})
+	check("silent", &s, follower("n2", 8990, 9200), want{100 * time.Millisecond, 200 * time.Millisecond, at(9300), true})
 	check("elected", &s, crashView{state: raft.Leader, leader: "n1", now: at(9300)}, want{hb, el, time.Time{}, false})
 
 	for name, c := range map[string]float64{"shortened": 4, "leader_alive": 1, "moved_on": 0} {
