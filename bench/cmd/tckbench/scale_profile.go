@@ -31,7 +31,11 @@ func (p *scaleProf) fetch(name, kind string, secs int) {
 	if p.dir == "" || p.s.leader >= len(p.s.pprof) {
 		return
 	}
-	url := fmt.Sprintf("http://%s/debug/pprof/%s", p.s.pprof[p.s.leader], kind)
+	at := p.s.leader
+	if lead, err := leaderOf(p.ctx, p.s); err == nil && lead >= 0 && lead < len(p.s.pprof) {
+		at = lead // leadership may have moved during the fill
+	}
+	url := fmt.Sprintf("http://%s/debug/pprof/%s", p.s.pprof[at], kind)
 	if secs > 0 {
 		url += fmt.Sprintf("?seconds=%d", secs)
 	}
