@@ -152,6 +152,7 @@ func (cl *clusterNode) health(ctx context.Context) wire.ClusterHealth {
 		v.member = &m
 		v.h.Gossip, v.h.Clock, v.h.Version = m.State.String(), m.Meta.ClockState.String(), m.Meta.Version
 		v.h.ClockBoundMs, v.h.Retired = uint64(m.Meta.ClockBoundMs), m.Meta.Retired
+		v.h.ClockBoundHistoryMs = cl.bounds.get(m.ID)
 	}
 
 	slices.SortFunc(views, func(a, b *serverView) int { return strings.Compare(a.h.ID, b.h.ID) })

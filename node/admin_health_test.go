@@ -56,7 +56,8 @@ func TestClusterHealth(t *testing.T) {
 		}
 		for _, s := range h.Servers {
 			if !s.Healthy || s.Suffrage != "voter" || s.Gossip != "alive" || s.Clock != "healthy" || s.LastContactMs == nil ||
-				s.LastIndex == nil || s.LogLag == nil || s.Leader != (s.ID == leader) || s.Term == nil || *s.Term == 0 || *s.Term != *h.Servers[0].Term {
+				s.LastIndex == nil || s.LogLag == nil || s.Leader != (s.ID == leader) || s.Term == nil || *s.Term == 0 || *s.Term != *h.Servers[0].Term ||
+				len(s.ClockBoundHistoryMs) == 0 {
 				return false
 			}
 		}

@@ -72,6 +72,8 @@ type clusterNode struct {
 	life  lifecycle   // clock-failure lifecycle (cluster_failed.go)
 	crash *crashWatch // crash failover (crashfailover.go)
 
+	bounds boundHistory // members' advertised clock bounds (boundhistory.go)
+
 	// keepGossip: this node stops as a voter of the configuration (set by
 	// noteStop before Raft closes): it ends its gossip without a leave
 	// message, so it keeps its vote (SPEC §5).

@@ -259,6 +259,7 @@ func (cl *clusterNode) refreshLoop(ctx context.Context, newTicker clockhealth.Ti
 			cl.log.Debug("re-advertising metadata", "err", err)
 		}
 		cancel()
+		cl.sampleBounds(time.Now())
 		if stage, _ := cl.n.stage.get(); stage != StageFailed && stage != StageStopping {
 			_, _, _ = cl.readiness("")
 		}

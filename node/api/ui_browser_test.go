@@ -130,7 +130,7 @@ func TestStatusPageMemberStatesInChromium(t *testing.T) {
 			Clock: wire.ClockStatus{Healthy: true, BoundMs: 4, BoundLimitMs: 250}},
 		health: wire.ClusterHealth{Healthy: false, FailureTolerance: 0, MaxFailureTolerance: 1, Voters: 3, HealthyVoters: 2, Leader: "node-2", ServedBy: "node-1",
 			Servers: []wire.ServerHealth{
-				{ID: "node-1", Suffrage: "voter", Gossip: "alive", Clock: "healthy", ClockBoundMs: 4, LastContactMs: ptr(int64(12)), Term: idx(7), LastIndex: idx(90), LogLag: idx(0), Healthy: true},
+				{ID: "node-1", Suffrage: "voter", Gossip: "alive", Clock: "healthy", ClockBoundMs: 4, ClockBoundHistoryMs: []uint32{3, 4, 5, 9, 4}, LastContactMs: ptr(int64(12)), Term: idx(7), LastIndex: idx(90), LogLag: idx(0), Healthy: true},
 				{ID: "node-2~3", Suffrage: "voter", Leader: true, Gossip: "alive", Clock: "healthy", ClockBoundMs: 5, LastContactMs: ptr(int64(0)), LastIndex: idx(90), LogLag: idx(0), Healthy: true},
 				{ID: "node-3", Suffrage: "voter", Gossip: "dead", Clock: "healthy", ClockBoundMs: 6, Why: "gossip dead"},
 				{ID: "node-4", Suffrage: "nonvoter", Gossip: "alive", Clock: "healthy", ClockBoundMs: 3, Why: "no answer over the mesh (i/o timeout)"},
@@ -173,6 +173,11 @@ func TestStatusPageMemberStatesInChromium(t *testing.T) {
 	}
 	if !strings.Contains(dom, `<div id="retired" style="display: block;">Retired NodeIds (refused if they come back): node-0, node-5</div>`) {
 		t.Errorf("the retired NodeIds are not listed:\n%s", dom)
+	}
+	// node-1's chart is the node's record (5 samples every 5 s), not the
+	// page's own few polls.
+	if !strings.Contains(got["node-1"][1], `<title>5 samples every 5 s: min 3 ms, max 9 ms, Δ/2 250 ms (off the scale)</title>`) {
+		t.Errorf("node-1's chart is not the recorded history: %s", got["node-1"][1])
 	}
 	for id, gen := range map[string]string{"node-1": "1", "node-2~3": "3"} {
 		if !strings.Contains(got[id][1], `</td><td class="num">`+gen+`</td>`) {

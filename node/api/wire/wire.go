@@ -332,8 +332,12 @@ type ServerHealth struct {
 	Clock    string `json:"clock"`  // clock_check, healthy, failed (as it advertises)
 	// ClockBoundMs is its advertised running bound, against Δ/2.
 	ClockBoundMs uint64 `json:"clock_bound_ms"`
-	Retired      bool   `json:"retired,omitempty"`
-	Version      string `json:"version,omitempty"` // its software version (an upgrade shows here)
+	// ClockBoundHistoryMs: the bounds the answering node saw it advertise,
+	// one every 5 s over the last 5 minutes, oldest first (none while it
+	// was not alive in gossip).
+	ClockBoundHistoryMs []uint32 `json:"clock_bound_history_ms,omitempty"`
+	Retired             bool     `json:"retired,omitempty"`
+	Version             string   `json:"version,omitempty"` // its software version (an upgrade shows here)
 	// LastContactMs: how long ago it last answered the leader's Raft
 	// (the leader's view), or heard from the leader (a follower about
 	// itself); 0 for the leader; absent when unknown.
