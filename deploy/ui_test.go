@@ -170,8 +170,9 @@ func awaitShot(t *testing.T, browser, url, file, state string, within time.Durat
 // voter that neither leads nor serves the page is stopped (SIGSTOP: the
 // demo's supervisor restarts exited nodes): the banner turns to
 // "Degraded" in amber (DOM and pixels) and that member is shown dead or
-// not answering, never healthy, with its clock unknown. Screenshots go
-// to $TCKCLK_UI_SCREENSHOTS when set.
+// not answering, never healthy, with its clock unknown. Then the other
+// voter is stopped too: no quorum, a red banner pointing at the runbook.
+// Screenshots go to $TCKCLK_UI_SCREENSHOTS when set.
 func TestStatusPageInChromium(t *testing.T) {
 	browser := chromium(t)
 	p, work := runDemo(t, 8)
@@ -244,18 +245,23 @@ func TestStatusPageInChromium(t *testing.T) {
 	if st.Leader == victim {
 		victim = "node-3"
 	}
-	raw, err := os.ReadFile(filepath.Join(work, "run", victim+".pid"))
-	if err != nil {
-		t.Fatal(err)
+	// stop sends a node SIGSTOP (SIGCONT at cleanup, before the demo's own
+	// cleanup stops it).
+	stop := func(name string) {
+		raw, err := os.ReadFile(filepath.Join(work, "run", name+".pid"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) }) // before the demo's own cleanup stops it
+	stop(victim)
 	stoppedRow := regexp.MustCompile(`<span class="pill bad">(dead|no answer)</span>.*<span class="pill">unknown</span><span class="why">last said healthy</span>`)
 	v = awaitPage(t, browser, url, 3*time.Minute, victim+" dead or not answering under an amber banner", func(v pageView) bool {
 		r, ok := v.rows[victim]
@@ -272,4 +278,24 @@ func TestStatusPageInChromium(t *testing.T) {
 		t.Errorf("banner detail %q: want the tolerance and %s's reason", d, victim)
 	}
 	awaitShot(t, browser, url, filepath.Join(shots, "ui-degraded.png"), "degraded", 2*time.Minute)
+
+	// Stop the other voter too: no quorum, and the banner turns red with
+	// the runbook.
+	second := "node-2"
+	if victim == second {
+		second = "node-3"
+	}
+	stop(second)
+	v = awaitPage(t, browser, url, 3*time.Minute, "a red banner with the runbook", func(v pageView) bool {
+		return v.state == "down" && strings.Contains(v.dom, `<div id="banner-runbook" style="display: block;">Runbook: docs/operations.md, section “No leader or no quorum”</div>`)
+	})
+	if !regexp.MustCompile(`^(No leader: nothing can be granted|No quorum: 1 of 3 voters healthy, 2 needed)$`).MatchString(v.title) {
+		t.Errorf("banner title without quorum %q", v.title)
+	}
+	for _, id := range []string{victim, second} {
+		if r := v.rows[id]; r[0] == "healthy" || r[0] == "leader" {
+			t.Errorf("the stopped %s shows %s", id, r[0])
+		}
+	}
+	awaitShot(t, browser, url, filepath.Join(shots, "ui-down.png"), "down", 2*time.Minute)
 }
