@@ -174,6 +174,9 @@ func Open(o Options) (_ *Raft, err error) {
 			return nil, err
 		}
 	}
+	if snap != nil {
+		fence.noteSnapshot(snap.Index, snap.Term) // after the checks above, which read the log as stored
+	}
 	if emptyTail != "" {
 		if err := preallocate(emptyTail, tailSize); err != nil {
 			return nil, err
@@ -203,7 +206,7 @@ func Open(o Options) (_ *Raft, err error) {
 	if err != nil {
 		return nil, err
 	}
-	p.r, err = raft.NewRaft(rc, &raftFSM{t: o.FSM, fence: fence}, cache, p.store, &positionStore{SnapshotStore: p.snaps, fsm: o.FSM, log: p.store}, p.trans)
+	p.r, err = raft.NewRaft(rc, &raftFSM{t: o.FSM, fence: fence}, cache, p.store, &positionStore{SnapshotStore: p.snaps, fsm: o.FSM, log: p.store, fence: fence}, p.trans)
 	if err != nil {
 		return nil, &datadir.Error{File: p.logPath, Err: err}
 	}

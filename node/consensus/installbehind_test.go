@@ -2,10 +2,14 @@ package consensus
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -301,4 +305,177 @@ func TestInstallSnapshotInsideTheLogOtherTerm(t *testing.T) {
 	}
 	b.waitApplied(t, 27)
 	b.logCovers(t)
+}
+
+// ackDropper is a node's transport that, while drop names a peer, delivers
+// every AppendEntries to it and reports the answer lost (as when a
+// follower stops with a batch in flight): the peer stores the entries,
+// its leader's idea of its log stays behind. No pipelining, so every
+// append goes through AppendEntries.
+type ackDropper struct {
+	*raft.InmemTransport
+	drop atomic.Value // raft.ServerAddress, "" for none
+}
+
+func (a *ackDropper) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	err := a.InmemTransport.AppendEntries(id, target, args, resp)
+	if d, _ := a.drop.Load().(raft.ServerAddress); err == nil && d == target {
+		return errors.New("test: the answer was lost")
+	}
+	return err
+}
+
+func (a *ackDropper) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
+}
+
+// countInstalls is a slog handler counting Raft's "Installed remote
+// snapshot" lines before passing every record on.
+type countInstalls struct {
+	slog.Handler
+	n *atomic.Int32
+}
+
+func (c countInstalls) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "Installed remote snapshot" {
+		c.n.Add(1)
+	}
+	return c.Handler.Handle(ctx, r)
+}
+
+func (c countInstalls) WithAttrs(as []slog.Attr) slog.Handler {
+	return countInstalls{c.Handler.WithAttrs(as), c.n}
+}
+
+func (c countInstalls) WithGroup(g string) slog.Handler {
+	return countInstalls{c.Handler.WithGroup(g), c.n}
+}
+
+// With real hashicorp/raft leaders: three voters; the leader's
+// acknowledgements from follower F are lost while F stores every entry
+// (as when answers time out under load). The leader snapshots and
+// compacts past where it believes F's log ends, so it sends F its
+// snapshot; F then stores the entries after it, but those answers are
+// lost too, and the leader's next AppendEntries follows the snapshot's
+// last entry, which F's log (beginning after it) does not hold. Before the
+// fix F refused it, the leader walked back and sent the same snapshot
+// again — 370 times in one run — each install emptying F's log while
+// Raft still counted the entries after the snapshot; once the third voter
+// took over and matched that stale last entry, F crashed with `panic: log
+// not found`. Now F installs the snapshot once, matches the leader's next
+// AppendEntries (the snapshot standing for its last entry) and applies
+// every entry under both leaders.
+func TestInstallSnapshotInsideTheLogRealLeaders(t *testing.T) {
+	if !runInChild(t) {
+		return
+	}
+	timing := Timing{Heartbeat: time.Second, Election: time.Second, LeaderLease: 500 * time.Millisecond, Commit: 5 * time.Millisecond}
+	names := []string{"n1", "n2", "n3"}
+	conf := raft.Configuration{}
+	for _, n := range names {
+		conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(n), Address: raft.ServerAddress(n)})
+	}
+	trans := map[string]*ackDropper{}
+	for _, n := range names {
+		_, tr := raft.NewInmemTransportWithTimeout(raft.ServerAddress(n), time.Minute)
+		trans[n] = &ackDropper{InmemTransport: tr}
+		trans[n].drop.Store(raft.ServerAddress(""))
+	}
+	for _, a := range names {
+		for _, b := range names {
+			if a != b {
+				trans[a].Connect(raft.ServerAddress(b), trans[b].InmemTransport)
+			}
+		}
+	}
+	nodes, fsms, installs := map[string]*Raft{}, map[string]*ticket.FSM{}, map[string]*atomic.Int32{}
+	for _, n := range names {
+		dir, err := datadir.Open(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { dir.Close() })
+		fsms[n], installs[n] = ticket.New(500), &atomic.Int32{}
+		log := slog.New(countInstalls{testLogger(t).Handler(), installs[n]}).With("node", n)
+		p, err := Open(Options{Dir: dir, FSM: fsms[n], LocalID: n, Transport: trans[n], Timing: timing, TrailingLogs: 2, SnapshotThreshold: 1 << 20,
+			LogStore: LogStoreWAL, Bootstrap: &conf, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[n] = p
+		t.Cleanup(func() {
+			if err := p.Close(); err != nil {
+				t.Error(err)
+			}
+			trans[n].Close()
+		})
+	}
+	var leader string
+	waitFor(t, "a leader", 30*time.Second, func() bool {
+		for _, n := range names {
+			if nodes[n].r.State() == raft.Leader {
+				leader = n
+				return true
+			}
+		}
+		return false
+	})
+	var f, m string // the follower whose answers get lost, the other voter
+	for _, n := range names {
+		switch {
+		case n == leader:
+		case f == "":
+			f = n
+		default:
+			m = n
+		}
+	}
+	l := nodes[leader]
+	next := uint64(2) // leaderLog's entries 2.. are commands (1 is a configuration)
+	apply := func(k int) {
+		t.Helper()
+		for range k {
+			if err := l.r.Apply(leaderLog(t, next, 0).Data, 10*time.Second).Error(); err != nil {
+				t.Fatalf("apply on %s: %v", leader, err)
+			}
+			next++
+		}
+	}
+	caughtUp := func(who string) func() bool {
+		return func() bool { return nodes[who].r.LastIndex() == l.r.LastIndex() }
+	}
+	apply(5)
+	waitFor(t, f+" storing the first entries", 20*time.Second, caughtUp(f))
+	trans[leader].drop.Store(raft.ServerAddress(f))
+	apply(20)
+	waitFor(t, f+" storing the entries whose answers were lost", 60*time.Second, caughtUp(f))
+	if err := l.r.Snapshot().Error(); err != nil {
+		t.Fatalf("snapshot on %s: %v", leader, err)
+	}
+	snapIndex := l.r.LastIndex()
+	apply(5)
+	waitFor(t, f+" storing the entries after the snapshot", 60*time.Second, caughtUp(f))
+	if first, _ := l.store.FirstIndex(); first <= 6 {
+		t.Fatalf("the leader's log starts at %d: not compacted past what it knows of %s", first, f)
+	}
+	trans[leader].drop.Store(raft.ServerAddress(""))
+	waitFor(t, leader+" installing its snapshot on "+f, 60*time.Second, func() bool { return installs[f].Load() > 0 })
+	t.Logf("%s installed %s's snapshot ending at %d", f, leader, snapIndex)
+	apply(3)
+	waitFor(t, f+" catching up after the install", 60*time.Second, caughtUp(f))
+	if err := l.r.LeadershipTransferToServer(raft.ServerID(m), raft.ServerAddress(m)).Error(); err != nil {
+		t.Fatalf("leadership transfer to %s: %v", m, err)
+	}
+	l = nodes[m]
+	leader = m
+	apply(3)
+	waitFor(t, f+" applying every entry under "+m, 60*time.Second, func() bool {
+		return nodes[f].r.AppliedIndex() == l.r.AppliedIndex() && fsms[f].Index() == fsms[m].Index() && fsms[f].Len() == fsms[m].Len()
+	})
+	if n := fsms[f].Len(); n != int(next-3) { // t3..t<next-1>
+		t.Fatalf("%s holds %d tickets, want %d", f, n, next-3)
+	}
+	if n := installs[f].Load(); n != 1 {
+		t.Fatalf("%s installed a snapshot %d times, want once", f, n)
+	}
 }

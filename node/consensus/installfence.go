@@ -7,32 +7,45 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// A snapshot from the leader can end inside this node's log: the node
-// stored entries whose acknowledgements the leader never read (it stopped
-// with a batch in flight), so the leader's idea of where the node's log
-// ends is behind, and once that point is compacted away it sends its
-// snapshot. hashicorp/raft v1.7.3 then restores the snapshot and, the WAL
-// being a raft.MonotonicLogStore, deletes the whole log (removeOldLogs)
-// while keeping its own record of the log's last entry: installSnapshot
-// never updates it (hashicorp/raft#697). The next leader's AppendEntries
-// matches that stale last entry, and its commit index sends processLogs to
-// read the entries after the snapshot, now gone: `panic: log not found`,
-// the node down. TestInstallSnapshotInsideTheLog is that sequence.
+// hashicorp/raft v1.7.3 leaves a follower's log out of step with its own
+// record of it around a snapshot install, in two ways that a restart under
+// load hits (hashicorp/raft#697), and our log store makes up for both:
 //
-// installFence keeps Raft's invariant instead — every entry after the last
-// applied one, up to the last Raft believes it has, is in the store:
+//  1. A snapshot from the leader can end inside this node's log: the node
+//     stored entries whose acknowledgements the leader never read (it
+//     stopped with a batch in flight, or the answers timed out), so the
+//     leader's idea of where the node's log ends is behind, and once that
+//     point is compacted away it sends its snapshot. Raft restores it and,
+//     the WAL being a raft.MonotonicLogStore, deletes the whole log
+//     (removeOldLogs) while keeping its own record of the log's last entry
+//     (installSnapshot never updates it). The next leader's AppendEntries
+//     matches that stale last entry, and its commit index sends processLogs
+//     to read the entries after the snapshot, now gone: `panic: log not
+//     found`, the node down (TestInstallSnapshotInsideTheLog). So the
+//     clean-up after an install that ends inside the log deletes only the
+//     entries before the snapshot's last one (checkedStore.DeleteRange; the
+//     Raft paper, §7, for a snapshot describing a prefix of the log), and
+//     every entry Raft believes it has stays readable.
 //
-//   - the clean-up after an install that ends inside the log deletes only
-//     the entries before the snapshot's last one (checkedStore.DeleteRange:
-//     the rule of the Raft paper, §7, for a snapshot describing a prefix
-//     of the log). The snapshot's last entry stays, so the leader's next
-//     AppendEntries, which follows it, finds it; the entries after it are
-//     applied from the log as they commit.
-//   - a snapshot that ends before the log begins (this node's own state is
-//     newer; nothing would lead from the snapshot to the log) is refused
-//     before anything is written or restored (refuseBehindLog, from the
-//     snapshot store's Create). The leader tries again with its next
-//     snapshot; a newer one is accepted.
+//  2. A follower whose log begins right after its snapshot cannot match an
+//     AppendEntries that follows the snapshot's last entry: Raft's follower
+//     looks that entry up in the log (its leader side uses the snapshot's
+//     term), finds nothing and refuses. That is every follower right after
+//     an install once the answer to the leader's first AppendEntries is
+//     lost: the leader walks back, sends the same snapshot again, and again
+//     (TestInstallSnapshotInsideTheLogRealLeaders). So checkedStore.GetLog
+//     answers for the newest snapshot's last index, when the log no longer
+//     holds it, with a no-op entry of the snapshot's term — the snapshot
+//     standing for its last entry, as the paper has it. Raft never sends
+//     or applies it: a leader takes the term for that index from its
+//     snapshot and sends entries only after it, and applying starts after
+//     the snapshot.
+//
+// A snapshot that ends before the log begins (this node's own state is
+// newer; nothing would lead from the snapshot to the log) is refused
+// before anything is written or restored (refuseBehindLog, from the
+// snapshot store's Create). The leader tries again with its next snapshot;
+// a newer one is accepted.
 type installFence struct {
 	// raft is the instance, once NewRaft returned (its AppliedIndex is the
 	// installed snapshot's last index when the clean-up runs).
@@ -41,6 +54,43 @@ type installFence struct {
 	// clean-up that follows it has not run yet. Any write to the log ends
 	// it.
 	restored atomic.Bool
+	// snap is the newest snapshot this node holds (restored at start,
+	// taken or installed since): the index and term of its last entry.
+	snap atomic.Pointer[snapEnd]
+}
+
+type snapEnd struct{ index, term uint64 }
+
+// noteSnapshot records a snapshot finalised or restored, ending at index
+// of term; the newest one is kept.
+func (f *installFence) noteSnapshot(index, term uint64) {
+	if f == nil {
+		return
+	}
+	n := &snapEnd{index, term}
+	for {
+		old := f.snap.Load()
+		if old != nil && old.index >= index {
+			return
+		}
+		if f.snap.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// snapshotEntry is what GetLog answers for index, which the log no longer
+// holds: the newest snapshot's last entry as a no-op of its term.
+func (f *installFence) snapshotEntry(index uint64, l *raft.Log) bool {
+	if f == nil {
+		return false
+	}
+	s := f.snap.Load()
+	if s == nil || s.index != index {
+		return false
+	}
+	*l = raft.Log{Index: s.index, Term: s.term, Type: raft.LogNoop}
+	return true
 }
 
 // deleteRange is checkedStore.DeleteRange: Raft's removeOldLogs after an

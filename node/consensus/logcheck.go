@@ -107,6 +107,9 @@ func (s checkedStore) GetLog(index uint64, l *raft.Log) error {
 		return err
 	}
 	if index < first {
+		if first > 0 && s.fence.snapshotEntry(index, l) {
+			return nil // the snapshot stands for its last entry (installFence)
+		}
 		return raft.ErrLogNotFound
 	}
 	if err := s.logStore.GetLog(index, l); err != nil {

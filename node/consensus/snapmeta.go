@@ -39,6 +39,8 @@ type positionStore struct {
 	// log is the Raft log: a snapshot ending before it begins is refused
 	// (refuseBehindLog; nil: no check, an offline write).
 	log raft.LogStore
+	// fence learns of every snapshot finalised (nil: an offline write).
+	fence *installFence
 }
 
 func (s *positionStore) Create(version raft.SnapshotVersion, index, term uint64, conf raft.Configuration, confIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
@@ -50,7 +52,7 @@ func (s *positionStore) Create(version raft.SnapshotVersion, index, term uint64,
 		return nil, err
 	}
 	pos := ticket.Position{Index: index, Term: term, TakenMs: uint64(time.Now().UnixMilli()), ConfigurationIndex: confIndex, Servers: servers(conf)}
-	return &positionSink{SnapshotSink: sink, pos: pos, fsm: s.fsm}, nil
+	return &positionSink{SnapshotSink: sink, pos: pos, fsm: s.fsm, fence: s.fence}, nil
 }
 
 // servers converts a Raft configuration to the payload's form.
@@ -81,6 +83,7 @@ type positionSink struct {
 	raft.SnapshotSink
 	pos    ticket.Position
 	fsm    *ticket.FSM
+	fence  *installFence
 	head   []byte
 	closed bool
 	err    error
@@ -109,6 +112,9 @@ func (s *positionSink) Close() error {
 		return s.err
 	}
 	s.err = s.SnapshotSink.Close()
+	if s.err == nil {
+		s.fence.noteSnapshot(s.pos.Index, s.pos.Term)
+	}
 	return s.err
 }
 
