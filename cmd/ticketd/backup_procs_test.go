@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,6 +86,25 @@ func TestBackupRestoreProcesses(t *testing.T) {
 	cancel()
 	if err != nil {
 		t.Fatal(err)
+	}
+
+	// A follower alone does not serve a backup: it names the leader.
+	for _, name := range clusterNames {
+		if name == leader {
+			continue
+		}
+		fc, err := client.New(pc.procs[name].addr, client.WithAdminToken(token), client.WithFailover(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err = fc.Backup(ctx, io.Discard)
+		cancel()
+		var ce *client.Error
+		if !errors.As(err, &ce) || ce.ErrorBody.Error != "not_leader" || !strings.Contains(ce.Message, leader) {
+			t.Fatalf("backup from the follower %s alone: %v, want not_leader naming %s", name, err, leader)
+		}
+		break
 	}
 
 	load := pc.startLoad()
