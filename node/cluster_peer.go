@@ -83,26 +83,11 @@ func (cl *clusterNode) answerPeer(c net.Conn) {
 // queryPeer asks the peer id (a NodeId) at its mesh address for its
 // status.
 func (cl *clusterNode) queryPeer(ctx context.Context, id, addr string) (peerstatus.Status, error) {
-	ctx, cancel := context.WithTimeout(ctx, peerQueryTimeout)
-	defer cancel()
-	// The mesh authenticates NAME, the trust-map name of NAME~G.
-	s, err := cl.mesh.Dial(ctx, addr, identity.TrustName(id), mesh.ClassBootstrap)
+	b, err := cl.askPeer(ctx, id, addr, peerstatus.Op, peerstatus.MaxLen)
 	if err != nil {
 		return peerstatus.Status{}, err
 	}
-	defer s.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = s.SetDeadline(dl)
-	}
-	if _, err := s.Write([]byte{peerstatus.Op}); err != nil {
-		return peerstatus.Status{}, fmt.Errorf("node: peer status of %s: %w", id, err)
-	}
-	b := make([]byte, peerstatus.MaxLen+1) // one more: a longer answer is refused
-	nr, err := io.ReadFull(s, b)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		return peerstatus.Status{}, fmt.Errorf("node: peer status of %s: %w", id, err)
-	}
-	st, err := peerstatus.Decode(b[:nr])
+	st, err := peerstatus.Decode(b)
 	if err != nil {
 		return peerstatus.Status{}, fmt.Errorf("node: peer status of %s: %w", id, err)
 	}
@@ -112,29 +97,42 @@ func (cl *clusterNode) queryPeer(ctx context.Context, id, addr string) (peerstat
 // queryRetiredGeneration asks the peer id (a NodeId) for the highest
 // generation of this node's name its replicated state holds retired.
 func (cl *clusterNode) queryRetiredGeneration(ctx context.Context, id, addr string) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, peerQueryTimeout)
-	defer cancel()
-	s, err := cl.mesh.Dial(ctx, addr, identity.TrustName(id), mesh.ClassBootstrap)
+	b, err := cl.askPeer(ctx, id, addr, peerstatus.OpRetiredGeneration, peerstatus.GenLen)
 	if err != nil {
 		return 0, err
+	}
+	g, err := peerstatus.DecodeGeneration(b)
+	if err != nil {
+		return 0, fmt.Errorf("node: retired generation from %s: %w", id, err)
+	}
+	return int(min(g, identity.MaxGeneration)), nil
+}
+
+// askPeer sends the one-byte request op to the peer id on a bootstrap
+// stream and returns its answer (at most maxLen bytes are accepted; a
+// longer answer comes back maxLen+1 bytes long, which every decoder
+// refuses), within peerQueryTimeout.
+func (cl *clusterNode) askPeer(ctx context.Context, id, addr string, op byte, maxLen int) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, peerQueryTimeout)
+	defer cancel()
+	// The mesh authenticates NAME, the trust-map name of NAME~G.
+	s, err := cl.mesh.Dial(ctx, addr, identity.TrustName(id), mesh.ClassBootstrap)
+	if err != nil {
+		return nil, err
 	}
 	defer s.Close()
 	if dl, ok := ctx.Deadline(); ok {
 		_ = s.SetDeadline(dl)
 	}
-	if _, err := s.Write([]byte{peerstatus.OpRetiredGeneration}); err != nil {
-		return 0, fmt.Errorf("node: retired generation from %s: %w", id, err)
+	if _, err := s.Write([]byte{op}); err != nil {
+		return nil, fmt.Errorf("node: peer query %d to %s: %w", op, id, err)
 	}
-	b := make([]byte, peerstatus.GenLen+1) // one more: a longer answer is refused
+	b := make([]byte, maxLen+1)
 	nr, err := io.ReadFull(s, b)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		return 0, fmt.Errorf("node: retired generation from %s: %w", id, err)
+		return nil, fmt.Errorf("node: peer query %d to %s: %w", op, id, err)
 	}
-	g, err := peerstatus.DecodeGeneration(b[:nr])
-	if err != nil {
-		return 0, fmt.Errorf("node: retired generation from %s: %w", id, err)
-	}
-	return int(min(g, identity.MaxGeneration)), nil
+	return b[:nr], nil
 }
 
 // progress is RunnerConfig.Progress: a member's last log index, asked
