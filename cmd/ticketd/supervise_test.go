@@ -27,9 +27,10 @@ import (
 // configs (a restarted node is found where it was, as behind a service
 // address), each run by a loop that does what systemd's
 // Restart=on-failure, RestartSec=1, RestartPreventExitStatus=2 does (and
-// deploy/demo.sh's loop): a node that exits with status 1 is started again
-// after restartDelay on the same data dir; one that exits 0, 2 or by a
-// signal stays down (until the test starts it). The CPU-starvation and
+// deploy/demo.sh's loop): a node that exits with status 1, or crashes (a
+// Go panic kills ticketd by SIGABRT: crash.go), is started again after
+// restartDelay on the same data dir; one that exits 0, 2 or by another
+// signal (the test's own kill) stays down (until the test starts it). The CPU-starvation and
 // rolling-restart tests run on it.
 
 // binDirEnv names a directory holding ticketd and tckclk-agent built
@@ -173,8 +174,10 @@ func (s *supervised) loop() {
 		r.p.tr.CloseIdleConnections()
 		r.at, r.code = time.Now(), exitStatus(werr)
 		var ee *exec.ExitError
+		crashed := false
 		if errors.As(werr, &ee) && ee.ProcessState.Sys().(syscall.WaitStatus).Signaled() {
 			r.code = -1
+			crashed = ee.ProcessState.Sys().(syscall.WaitStatus).Signal() == syscall.SIGABRT
 		}
 		select {
 		case ev := <-r.p.failedCh:
@@ -182,7 +185,7 @@ func (s *supervised) loop() {
 		default:
 		}
 		s.mu.Lock()
-		restart := r.code == 1 && !s.held
+		restart := (r.code == 1 || crashed) && !s.held
 		if !restart {
 			s.held = true
 		}
@@ -194,7 +197,7 @@ func (s *supervised) loop() {
 			return
 		default:
 		}
-		if r.code != 0 && r.code != -1 {
+		if r.code != 0 && r.code != -1 || crashed {
 			s.logf("%s (%s) exited with status %d after %v (FAILED: %q); restarted: %v; last lines:\n%s",
 				s.name, s.nodeIDOf(r), r.code, r.at.Sub(r.started).Round(time.Millisecond), r.failed, restart, lastLines(r.p, 6))
 		}
