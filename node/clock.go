@@ -4,14 +4,34 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tckclk/tckclk/node/api/wire"
+	"time"
 
 	"github.com/tckclk/tckclk/internal/secret"
 	"github.com/tckclk/tckclk/node/api"
+	"github.com/tckclk/tckclk/node/api/wire"
 	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/datadir"
 	"github.com/tckclk/tckclk/protocol"
 )
+
+// ClockGuard is the node's view of clock health: Check is called before
+// every Grant, Renew and Expire proposal; a non-nil error refuses the
+// proposal (503 with the reason) and pauses the expiry loop. The default is
+// the node/clockhealth monitor built from the clock: section.
+type ClockGuard interface {
+	Check() error
+}
+
+// ClockReporter is optionally implemented by a ClockGuard to describe
+// itself in /v1/status.
+type ClockReporter interface {
+	ClockStatus() wire.ClockStatus
+}
+
+// WallClock is the wall time the node stamps entries with.
+type WallClock interface {
+	Now() time.Time
+}
 
 // monitorGuard is the ClockGuard (and ClockReporter) of a running ticketd:
 // the clockhealth monitor built from the clock: section.

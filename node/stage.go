@@ -1,11 +1,11 @@
 package node
 
 import (
-	"github.com/tckclk/tckclk/node/api/wire"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tckclk/tckclk/node/api/wire"
 )
 
 // Stage is a readiness stage of SPEC §3.5, reported by /readyz and
@@ -89,25 +89,6 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 	if !known {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, 1, string(cur))
 	}
-}
-
-// ClockGuard is the node's view of clock health: Check is called before
-// every Grant, Renew and Expire proposal; a non-nil error refuses the
-// proposal (503 with the reason) and pauses the expiry loop. The default is
-// the node/clockhealth monitor built from the clock: section.
-type ClockGuard interface {
-	Check() error
-}
-
-// ClockReporter is optionally implemented by a ClockGuard to describe
-// itself in /v1/status.
-type ClockReporter interface {
-	ClockStatus() wire.ClockStatus
-}
-
-// WallClock is the wall time the node stamps entries with.
-type WallClock interface {
-	Now() time.Time
 }
 
 // watchReadiness calls report with Readiness() each time it changes,
