@@ -33,22 +33,31 @@ func voterIDs(cm *clusterMember) []string {
 	return out
 }
 
-// SPEC §3.4 "Replacement by a new generation", §5: a follower's clock
-// FAILs (its agent lies about the offset, not one of the lying-agent
-// reasons that need a look); it hands off, marks its dir retired and
-// exits with its clock error. Started again on that data dir (as its
-// supervisor would) with a healthy agent, it moves the retired dir aside,
-// comes back as NAME~2 through clock_check, joins as a non-voter, is
-// promoted into the retired voter's slot once caught up, and the retired
-// NodeId leaves the configuration; /v1/cluster/members shows the
-// generation and the retired NodeId; tickets granted before are still
-// held and the new generation serves.
+// SPEC §3.4 "Replacement by a new generation", §5: a follower's — or the
+// leader's — clock FAILs (its agent lies about the offset, not one of the
+// lying-agent reasons that need a look); it hands off, marks its dir
+// retired and exits with its clock error. Started again on that data dir
+// (as its supervisor would) with a healthy agent, it moves the retired
+// dir aside, comes back as NAME~2 through clock_check, joins as a
+// non-voter, is promoted into the retired voter's slot once caught up,
+// and the retired NodeId leaves the configuration; /v1/cluster/members
+// shows the generation and the retired NodeId; tickets granted before are
+// still held and the new generation serves.
 func TestClusterFailedNodeComesBackAsNextGeneration(t *testing.T) {
+	t.Run("follower", func(t *testing.T) { comesBackAsNextGeneration(t, false) })
+	t.Run("leader", func(t *testing.T) { comesBackAsNextGeneration(t, true) })
+}
+
+func comesBackAsNextGeneration(t *testing.T, failLeader bool) {
 	tc, leader := formThree(t)
-	lc := tc.nodes[leader]
 	victim := tc.others(leader)[0]
+	lc := tc.others(victim.n.cfg.Cluster.Name)[0] // a node that stays (gossip seed)
+	if failLeader {
+		victim = tc.nodes[leader]
+		lc = tc.others(leader)[0]
+	}
 	name := victim.n.cfg.Cluster.Name
-	if _, err := lc.tn.c.Grant(bg, "before", "w", 60); err != nil {
+	if _, err := tc.nodes[leader].tn.c.Grant(bg, "before", "w", 60); err != nil {
 		t.Fatal(err)
 	}
 	lie(t, victim)
