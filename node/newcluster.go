@@ -79,10 +79,11 @@ func (o *newCluster) checkNewID(old map[string]bool, fsm *ticket.FSM) error {
 func (o *newCluster) holdUntil(deltaMs uint64) time.Time { return o.Now.Add(holdOffFor(deltaMs)) }
 
 // write builds the new data dir from fsm at info's position: in a fresh
-// directory next to To, renamed onto To once complete (snapshot, log,
-// high-water mark and the hold-off marker, each synced), so To is either
-// absent or empty, or a whole data dir — never a state without its
-// hold-off. source is what the marker names as its origin.
+// directory next to To, renamed to To once complete (snapshot, log,
+// high-water mark and the hold-off marker, each synced; an empty To is
+// removed first), so To is either absent or empty, or a whole data dir —
+// never a state without its hold-off. To cannot be a mount point (use a
+// directory inside it). source is what the marker names as its origin.
 func (o *newCluster) write(fsm *ticket.FSM, info consensus.RecoverInfo, source string, holdUntil time.Time) (err error) {
 	to := filepath.Clean(o.To)
 	parent := filepath.Dir(to)
@@ -113,8 +114,13 @@ func (o *newCluster) write(fsm *ticket.FSM, info consensus.RecoverInfo, source s
 	if err := checkNewDataDir(to); err != nil {
 		return err // filled meanwhile
 	}
+	// An empty To goes first (not every filesystem renames a directory
+	// over an empty one); a mount point cannot go, and says so.
+	if err := os.Remove(to); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return &datadir.Error{File: to, Err: fmt.Errorf("replacing the empty directory: %w (a mount point cannot be replaced: give a directory inside it)", err)}
+	}
 	if err := os.Rename(tmp, to); err != nil {
-		return &datadir.Error{File: to, Err: fmt.Errorf("moving the new data dir into place: %w (a mount point cannot be replaced: give a directory inside it)", err)}
+		return &datadir.Error{File: to, Err: fmt.Errorf("moving the new data dir into place: %w", err)}
 	}
 	if err := syncDir(parent); err != nil {
 		return &datadir.Error{File: parent, Err: err}

@@ -211,8 +211,23 @@ func TestRestoreRefusals(t *testing.T) {
 	if err != nil || res.Epoch != 5 || res.TokenFloor != ticket.TokenFor(5, 3) {
 		t.Fatalf("restore into epoch 5: %+v %v", res, err)
 	}
-	if _, err := Restore(RestoreOptions{From: good, To: filepath.Join(dir, "again"), NodeID: "node-3", Epoch: 0}); err != nil {
-		t.Fatalf("a second restore of the backup: %v", err)
+	empty := filepath.Join(dir, "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Restore(RestoreOptions{From: good, To: empty, NodeID: "node-3", Epoch: 0}); err != nil {
+		t.Fatalf("a second restore of the backup, into an empty dir: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(empty, "recovered")); err != nil {
+		t.Fatalf("the empty dir did not become the data dir: %v", err)
+	}
+	names = names[:0]
+	ents, _ = os.ReadDir(dir)
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, " ") != "cut.snap empty fresh full good.snap" {
+		t.Fatalf("after the restores %s holds %v: want no build directory left", dir, names)
 	}
 	var ce *config.Error
 	s.Epoch = 7
