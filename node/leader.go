@@ -2,13 +2,10 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
-	"github.com/tckclk/tckclk/node/api"
-	"github.com/tckclk/tckclk/node/consensus"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 
@@ -83,34 +80,4 @@ func (n *Node) lead(ctx context.Context) {
 		defer wg.Wait()
 	}
 	n.expiryLoop(ctx)
-}
-
-// proposeWait bounds how long a proposal waits for Raft's answer: after
-// it the outcome is unknown (503 unknown_outcome).
-const proposeWait = 5 * time.Second
-
-// propose applies data through Raft and waits for the FSM's answer; the
-// consensus errors become the API's.
-func (n *Node) propose(ctx context.Context, data []byte) (ticket.Result, error) {
-	c := n.cons.Load()
-	if c == nil {
-		return ticket.Result{}, api.Unavailable(string(StageStarting), "starting", "raft is not open yet")
-	}
-	res, err := c.ProposeWithin(ctx, data, proposeWait)
-	return res, consensusRefusal(err)
-}
-
-// consensusRefusal maps consensus errors to the API's typed errors.
-func consensusRefusal(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, consensus.ErrNotLeader):
-		return api.NotLeader(string(StageRaft), "this node is not the leader: %v", err)
-	case errors.Is(err, consensus.ErrShutdown):
-		return api.Unavailable(string(StageStopping), "shutdown", "the node is shutting down")
-	case errors.Is(err, consensus.ErrUnknownOutcome):
-		return api.Unavailable("", "unknown_outcome", "%v; the write may still be applied: read the ticket before retrying", err)
-	}
-	return api.Unavailable("", "raft", "raft: %v", err)
 }
