@@ -135,6 +135,7 @@ func TestStatusPageMemberStatesInChromium(t *testing.T) {
 				{ID: "node-3", Suffrage: "voter", Gossip: "dead", Clock: "healthy", ClockBoundMs: 6, Why: "gossip dead"},
 				{ID: "node-4", Suffrage: "nonvoter", Gossip: "alive", Clock: "healthy", ClockBoundMs: 3, Why: "no answer over the mesh (i/o timeout)"},
 				{ID: "node-5", Suffrage: "", Gossip: "alive", Clock: "failed", Retired: true, Why: "retired"},
+				{ID: "node-7", Suffrage: "voter", Term: idx(6), LastContactMs: ptr(int64(3)), Why: "retired"}, // out of gossip: its next generation took its name
 			}},
 		members: []wire.Member{
 			{ID: "node-1", Suffrage: "voter", Gossip: "alive", Role: "voter", Clock: "healthy", ClockBoundMs: 4, BoundLimitMs: 250, FailureDomain: "rack-a"},
@@ -145,7 +146,7 @@ func TestStatusPageMemberStatesInChromium(t *testing.T) {
 			{ID: "node-6", Gossip: "alive", Role: "voter", Clock: "healthy", BoundLimitMs: 250},
 			{ID: "worker-1", Gossip: "alive", Role: "client", Clock: "healthy", BoundLimitMs: 250},
 		},
-		retired: []string{"node-0", "node-5"},
+		retired: []string{"node-0", "node-5", "node-7"},
 	}
 	srv := httptest.NewServer(NewHandler(Options{Backend: b, AdminToken: []byte(adminTok)}))
 	defer srv.Close()
@@ -159,7 +160,7 @@ func TestStatusPageMemberStatesInChromium(t *testing.T) {
 	}
 	dom := renderPage(t, browser, srv.URL, "", adminTok)
 	got := rows(dom)
-	want := map[string]string{"node-1": "healthy", "node-2~3": "leader", "node-3": "dead", "node-4": "no answer", "node-5": "retired", "node-6": "not in Raft", "worker-1": "client"}
+	want := map[string]string{"node-1": "healthy", "node-2~3": "leader", "node-3": "dead", "node-4": "no answer", "node-5": "retired", "node-6": "not in Raft", "worker-1": "client", "node-7": "retired"}
 	for id, status := range want {
 		if got[id][0] != status {
 			t.Errorf("%s: status %q, want %q (row %s)", id, got[id][0], status, got[id][1])
@@ -171,13 +172,17 @@ func TestStatusPageMemberStatesInChromium(t *testing.T) {
 	if !strings.Contains(got["node-1"][1], `<td>alive</td><td class="num">7</td><td class="num">90</td><td class="num">0</td><td class="num">12 ms ago</td>`) {
 		t.Errorf("node-1: term 7, index 90, lag 0, contact 12 ms not shown: %s", got["node-1"][1])
 	}
-	if !strings.Contains(dom, `<div id="retired" style="display: block;">Retired NodeIds (refused if they come back): node-0, node-5</div>`) {
+	if !strings.Contains(dom, `<div id="retired" style="display: block;">Retired NodeIds (refused if they come back): node-0, node-5, node-7</div>`) {
 		t.Errorf("the retired NodeIds are not listed:\n%s", dom)
 	}
 	// node-1's chart is the node's record (5 samples every 5 s), not the
 	// page's own few polls.
 	if !strings.Contains(got["node-1"][1], `<title>5 samples every 5 s: min 3 ms, max 9 ms, Δ/2 250 ms (off the scale)</title>`) {
 		t.Errorf("node-1's chart is not the recorded history: %s", got["node-1"][1])
+	}
+	// Out of gossip: no clock and no bound (not a made-up 0).
+	if r := got["node-7"][1]; !strings.Contains(r, `<td class="muted">-</td><td class="num">-</td>`) {
+		t.Errorf("node-7 (out of gossip) shows a clock or a bound: %s", r)
 	}
 	for id, gen := range map[string]string{"node-1": "1", "node-2~3": "3"} {
 		if !strings.Contains(got[id][1], `</td><td class="num">`+gen+`</td>`) {
