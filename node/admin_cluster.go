@@ -61,17 +61,15 @@ func (n *Node) clusterTransfer(ctx context.Context, to string) error {
 	if r == nil || r.State() != raft.Leader {
 		return n.adminNotLeader("leadership can only be transferred by the leader")
 	}
-	var f raft.Future
-	if to == "" {
-		f = r.LeadershipTransfer()
-	} else {
+	var target raft.Server
+	if to != "" {
 		addr, ok := n.voterAddr(to)
 		if !ok {
 			return api.Refuse(api.KindNotFound, "not_found", "no voter %q in the Raft configuration", to)
 		}
-		f = r.LeadershipTransferToServer(raft.ServerID(to), addr)
+		target = raft.Server{ID: raft.ServerID(to), Address: addr}
 	}
-	return n.awaitAdmin(ctx, f, "transfer leadership")
+	return n.awaitAdmin(ctx, startTransfer(r, target), "transfer leadership")
 }
 
 // clusterRemove removes a server from the Raft configuration (admin; the

@@ -97,7 +97,7 @@ func (cl *clusterNode) clockFailed(reason string) {
 	if rr := n.raft(); rr != nil {
 		if rr.State() == raft.Leader {
 			cl.retireSelf()
-			cl.transferLeadership(rr)
+			cl.handOffToHealthy(rr)
 		}
 		// consensus' Shutdown: bounded against an RPC stuck on a peer.
 		if err := n.cons.Load().Shutdown(); err != nil {
@@ -179,30 +179,23 @@ func healthyPeer(m membership.Member) bool {
 	return m.State == membership.StateAlive && m.Meta.ClockState == membership.ClockHealthy && !m.Meta.Retired
 }
 
-// transferLeadership hands leadership to a healthy voter, waiting at most
+// handOffToHealthy hands leadership to a healthy voter, waiting at most
 // transferTimeout; the caller shuts Raft down whatever the outcome (which
 // also ends a transfer still running).
-func (cl *clusterNode) transferLeadership(rr *raft.Raft) {
+func (cl *clusterNode) handOffToHealthy(rr *raft.Raft) {
 	target, ok := cl.transferTarget(rr)
 	if !ok {
 		cl.log.Error("clock FAILED on the leader and no voter advertises a healthy clock: shutting Raft down without a transfer")
 		return
 	}
-	start := time.Now()
-	done := make(chan error, 1) // buffered: the future's goroutine never blocks
-	fut := rr.LeadershipTransferToServer(target.ID, target.Address)
-	go func() { done <- fut.Error() }()
-	timer := time.NewTimer(transferTimeout)
-	defer timer.Stop()
-	select {
-	case err := <-done:
-		if err != nil {
-			cl.log.Error("leadership transfer failed; shutting Raft down anyway", "to", target.ID, "err", err)
-			return
-		}
-		cl.log.Warn("leadership transferred away from the FAILED clock", "to", target.ID, "took", time.Since(start).Round(time.Millisecond))
-	case <-timer.C:
+	took, err := transferLeadership(rr, target, transferTimeout)
+	switch {
+	case errors.Is(err, errTransferTimeout):
 		cl.log.Error("leadership transfer timed out; shutting Raft down anyway", "to", target.ID, "timeout", transferTimeout)
+	case err != nil:
+		cl.log.Error("leadership transfer failed; shutting Raft down anyway", "to", target.ID, "err", err)
+	default:
+		cl.log.Warn("leadership transferred away from the FAILED clock", "to", target.ID, "took", took.Round(time.Millisecond))
 	}
 }
 
