@@ -14,12 +14,12 @@ import (
 	"github.com/tckclk/tckclk/node/consensus"
 )
 
-// clusterMembers is /v1/cluster/members in cluster mode: every server of
-// the Raft configuration and every gossip member (gossip-only clients
-// too), with what each advertises: role, failure domain, clock state and
-// bound against Δ/2 (SPEC §5), its name and generation, and the NodeIds
-// the replicated state holds retired (SPEC §3.4).
-func (n *Node) clusterMembers() (wire.Members, error) {
+// members is /v1/cluster/members: every server of the Raft configuration;
+// in cluster mode also every gossip member (gossip-only clients too), with
+// what each advertises: role, failure domain, clock state and bound
+// against Δ/2 (SPEC §5), its name and generation, and the NodeIds the
+// replicated state holds retired (SPEC §3.4).
+func (n *Node) members() (wire.Members, error) {
 	byID := map[string]*wire.Member{}
 	if r := n.raft(); r != nil {
 		f := r.GetConfiguration()
@@ -30,6 +30,9 @@ func (n *Node) clusterMembers() (wire.Members, error) {
 		for _, s := range f.Configuration().Servers {
 			byID[string(s.ID)] = &wire.Member{ID: string(s.ID), Address: string(s.Address), Suffrage: suffrageName(s.Suffrage), Leader: s.ID == leader}
 		}
+	}
+	if n.cl == nil {
+		return wire.Members{Members: sortedMembers(byID)}, nil
 	}
 	if mem := n.cl.mem; mem != nil {
 		for _, g := range mem.Members() {
@@ -44,14 +47,21 @@ func (n *Node) clusterMembers() (wire.Members, error) {
 			m.Retired = g.Meta.Retired
 		}
 	}
-	out := make([]wire.Member, 0, len(byID))
 	for _, m := range byID {
 		m.Name, m.Generation, _ = identity.SplitGeneration(m.ID)
 		m.Retired = m.Retired || n.fsm.IsRetired(m.ID)
+	}
+	return wire.Members{Members: sortedMembers(byID), RetiredNodeIDs: n.fsm.Retired()}, nil
+}
+
+// sortedMembers lists byID's members in NodeId order.
+func sortedMembers(byID map[string]*wire.Member) []wire.Member {
+	out := make([]wire.Member, 0, len(byID))
+	for _, m := range byID {
 		out = append(out, *m)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return wire.Members{Members: out, RetiredNodeIDs: n.fsm.Retired()}, nil
+	return out
 }
 
 // clusterTransfer moves leadership (admin): to a named voter, or with to ""

@@ -219,34 +219,18 @@ func roleName(s raft.RaftState) string {
 	return "shutdown"
 }
 
-// Members lists the Raft configuration (admin, api.Backend).
+// Members lists the Raft configuration (admin, api.Backend), in cluster
+// mode with every gossip member (admin_cluster.go).
 func (n *Node) Members(ctx context.Context) (wire.Members, error) {
-	if n.cl != nil {
+	switch {
+	case n.cl == nil && n.raft() == nil:
+		return wire.Members{}, api.Unavailable(string(StageStarting), "starting", "raft is not open yet")
+	case n.cl != nil && n.cons.Load() == nil:
 		// The mesh, gossip and Raft are set up before the consensus is
 		// stored: until it is, none of it may be read (as for health).
-		if n.cons.Load() == nil {
-			return wire.Members{}, n.notJoinedYet()
-		}
-		return n.clusterMembers()
+		return wire.Members{}, n.notJoinedYet()
 	}
-	r := n.raft()
-	if r == nil {
-		return wire.Members{}, api.Unavailable(string(StageStarting), "starting", "raft is not open yet")
-	}
-	f := r.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return wire.Members{}, api.Unavailable("", "raft", "raft: %v", err)
-	}
-	_, leader := r.LeaderWithID()
-	var out []wire.Member
-	for _, s := range f.Configuration().Servers {
-		suff := "voter"
-		if s.Suffrage != raft.Voter {
-			suff = "nonvoter"
-		}
-		out = append(out, wire.Member{ID: string(s.ID), Address: string(s.Address), Suffrage: suff, Leader: s.ID == leader})
-	}
-	return wire.Members{Members: out}, nil
+	return n.members()
 }
 
 var errSingleNode = api.Refuse(api.KindConflict, "single_node",
