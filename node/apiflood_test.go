@@ -172,7 +172,7 @@ func startWithHealth(t *testing.T, built func(*Node)) (*testNode, Config, string
 	if err != nil {
 		t.Fatal(err)
 	}
-	tn := startNode(t, cfg, Deps{HealthListener: hln, built: built}, client.WithToken(tok))
+	tn := startNodeHooks(t, cfg, Deps{HealthListener: hln}, testHooks{built: built}, client.WithToken(tok))
 	return tn, cfg, tok, hln
 }
 

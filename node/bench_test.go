@@ -30,7 +30,7 @@ func BenchmarkGrantVsClockCheck(b *testing.B) {
 	cfg.Clock.ProbeIntervalMs = 200 // defaults otherwise: Δ 500, timeout 200 ms
 	cfg.Clock.ProbeTimeoutMs = 200
 	var n *Node
-	tn := startNode(b, cfg, Deps{Env: noEnv, Logger: slog.New(slog.DiscardHandler), built: func(x *Node) { n = x }})
+	tn := startNodeHooks(b, cfg, Deps{Env: noEnv, Logger: slog.New(slog.DiscardHandler)}, testHooks{built: func(x *Node) { n = x }})
 	defer tn.stop()
 
 	const checks = 1000

@@ -172,7 +172,7 @@ func TestRestartAfterFailedHoldsOff(t *testing.T) {
 	restart := func() (*testNode, time.Time) {
 		t.Helper()
 		start := clk.Now()
-		tn, err := tryStart(t, cfg, Deps{Wall: clk, built: func(n *Node) { node = n }}, false)
+		tn, err := tryStartHooks(t, cfg, Deps{Wall: clk}, testHooks{built: func(n *Node) { node = n }}, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -243,6 +243,7 @@ type agentNode struct {
 	ts    *clockhealthtest.Tickers
 	cfg   Config
 	deps  Deps
+	hooks testHooks // a cluster member's (cluster_test.go)
 }
 
 func newAgentNode(t *testing.T, dir string, key []byte, edit func(*Config)) *agentNode {

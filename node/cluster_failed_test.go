@@ -193,9 +193,7 @@ func TestClusterLeaderClockFails(t *testing.T) {
 	})
 
 	// It stays retired.
-	deps := lc.an.deps
-	deps.built, deps.cluster = nil, nil
-	err := runRefused(t, lc.an.cfg, deps)
+	err := runRefused(t, lc.an.cfg, lc.an.deps)
 	if !errors.Is(err, ErrRetired) || !strings.Contains(err.Error(), "new NodeId") || !strings.Contains(err.Error(), "cluster.auto_replace is off") {
 		t.Fatalf("restart on the retired data dir: %v, want ErrRetired naming a new NodeId and auto_replace", err)
 	}

@@ -107,9 +107,9 @@ func TestClusterMembersWhileStarting(t *testing.T) {
 	done := make(chan struct{})
 	var asking sync.WaitGroup
 	t.Cleanup(func() { close(done); asking.Wait() })
-	tc.beforeStart = func(d *Deps) {
-		built := d.built
-		d.built = func(n *Node) {
+	tc.beforeStart = func(_ *Deps, h *testHooks) {
+		built := h.built
+		h.built = func(n *Node) {
 			asking.Go(func() {
 				for {
 					ms, err := n.Members(bg)

@@ -40,12 +40,12 @@ func (tc *testCluster) restart(name, join string) *clusterMember {
 	}
 	prev := tc.beforeStart
 	defer func() { tc.beforeStart = prev }()
-	tc.beforeStart = func(d *Deps) {
+	tc.beforeStart = func(d *Deps, h *testHooks) {
 		if prev != nil {
-			prev(d)
+			prev(d, h)
 		}
-		hook := d.cluster.mesh
-		d.cluster.mesh = func(c *mesh.Config) { hook(c); c.BindPort = meshPort }
+		hook := h.cluster.mesh
+		h.cluster.mesh = func(c *mesh.Config) { hook(c); c.BindPort = meshPort }
 	}
 	return tc.startWith(name, join, cfg.Cluster.Raft.BootstrapExpect, func(c *Config) {
 		c.Cluster.Raft = cfg.Cluster.Raft // the same data dir and Raft settings
@@ -324,7 +324,7 @@ func TestClusterMalformedMetaIgnored(t *testing.T) {
 	gl := &guardedLog{t: t}
 	t.Cleanup(gl.stop)
 	rec := &logRecord{gl: gl}
-	tc.beforeStart = func(d *Deps) {
+	tc.beforeStart = func(d *Deps, _ *testHooks) {
 		d.Logger = slog.New(slog.NewTextHandler(rec, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	first := tc.start("n1", "", 3)

@@ -40,8 +40,9 @@ type testCluster struct {
 	keys  map[string]ed25519.PrivateKey
 	trust map[string]string
 	nodes map[string]*clusterMember
-	// beforeStart, if set, edits each node's Deps before it starts.
-	beforeStart func(*Deps)
+	// beforeStart, if set, edits each node's Deps and test hooks before it
+	// starts.
+	beforeStart func(*Deps, *testHooks)
 	// meshNet and gossipNet, if set, carry every node's mesh streams
 	// (Raft, forwarding) and gossip (packets and streams), so a test can
 	// cut, delay and drop traffic between nodes by name; separate nets let
@@ -113,7 +114,7 @@ func (tc *testCluster) startWith(name, join string, expect int, edit func(*Confi
 			edit(c)
 		}
 	})
-	cm.an.deps.built = func(n *Node) { cm.node <- n }
+	cm.an.hooks.built = func(n *Node) { cm.node <- n }
 	// memberlist's own goroutines may log a moment after Shutdown returns.
 	gl := &guardedLog{t: t}
 	t.Cleanup(gl.stop)
@@ -122,7 +123,7 @@ func (tc *testCluster) startWith(name, join string, expect int, edit func(*Confi
 		lw = io.MultiWriter(gl, tc.logTo)
 	}
 	cm.an.deps.Logger = slog.New(slog.NewTextHandler(lw, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", name)
-	cm.an.deps.cluster = &clusterHooks{
+	cm.an.hooks.cluster = &clusterHooks{
 		mesh: func(c *mesh.Config) {
 			c.BindPort = mesh.EphemeralPort
 			if fn := tc.meshNet; fn != nil {
@@ -149,10 +150,10 @@ func (tc *testCluster) startWith(name, join string, expect int, edit func(*Confi
 		stableFor: 300 * time.Millisecond,
 	}
 	if tc.beforeStart != nil {
-		tc.beforeStart(&cm.an.deps)
+		tc.beforeStart(&cm.an.deps, &cm.an.hooks)
 	}
 	var err error
-	cm.tn, err = tryStart(t, cm.an.cfg, cm.an.deps, false)
+	cm.tn, err = tryStartHooks(t, cm.an.cfg, cm.an.deps, cm.an.hooks, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,7 +85,13 @@ func testConfig(t testing.TB, dir string) Config {
 // returns, which fails the test unless wantErr).
 func startNode(t testing.TB, cfg Config, deps Deps, opts ...client.Option) *testNode {
 	t.Helper()
-	tn, err := tryStart(t, cfg, deps, true, opts...)
+	return startNodeHooks(t, cfg, deps, testHooks{}, opts...)
+}
+
+// startNodeHooks is startNode with this package's test hooks.
+func startNodeHooks(t testing.TB, cfg Config, deps Deps, hooks testHooks, opts ...client.Option) *testNode {
+	t.Helper()
+	tn, err := tryStartHooks(t, cfg, deps, hooks, true, opts...)
 	if err != nil {
 		t.Fatalf("node did not start: %v", err)
 	}
@@ -93,6 +99,12 @@ func startNode(t testing.TB, cfg Config, deps Deps, opts ...client.Option) *test
 }
 
 func tryStart(t testing.TB, cfg Config, deps Deps, waitReady bool, opts ...client.Option) (*testNode, error) {
+	t.Helper()
+	return tryStartHooks(t, cfg, deps, testHooks{}, waitReady, opts...)
+}
+
+// tryStartHooks is tryStart with this package's test hooks.
+func tryStartHooks(t testing.TB, cfg Config, deps Deps, hooks testHooks, waitReady bool, opts ...client.Option) (*testNode, error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -117,7 +129,7 @@ func tryStart(t testing.TB, cfg Config, deps Deps, waitReady bool, opts ...clien
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { tn.done <- RunWith(ctx, cfg, deps) }()
+	go func() { tn.done <- runWith(ctx, cfg, deps, hooks) }()
 	t.Cleanup(func() { tn.stop() })
 	if !waitReady {
 		return tn, nil

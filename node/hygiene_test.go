@@ -12,7 +12,7 @@ import (
 // contended ticket no longer grows the log with each failed attempt.
 func TestRefusedGrantAppendsNothing(t *testing.T) {
 	var n *Node
-	tn := startNode(t, testConfig(t, t.TempDir()), Deps{Env: noEnv, built: func(x *Node) { n = x }})
+	tn := startNodeHooks(t, testConfig(t, t.TempDir()), Deps{Env: noEnv}, testHooks{built: func(x *Node) { n = x }})
 	g, err := tn.c.Grant(bg, "a", "h1", 30)
 	if err != nil {
 		t.Fatal(err)

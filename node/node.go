@@ -60,21 +60,12 @@ type Deps struct {
 	// Transport carries Raft's RPCs; default: in-memory (single node).
 	Transport raft.Transport
 
-	built func(*Node) // tests in this package: the node, once built
-	// brokenExpireEarly (tests in this package only: the safety scenarios
-	// prove they can fail) makes the leader stamp its Expire entries Δ
-	// ahead of its clock, so tickets are freed as if their expiries
-	// carried no Δ: the bug SPEC §4's expiry rule exists to prevent.
-	// Unexported: no production caller can set it.
-	brokenExpireEarly bool
 	// Reload asks the run loop to re-read what can change without a
 	// restart (SIGHUP): today the trust map (cluster.internode.
 	// trusted_peer_keys), from ReloadConfig. A bad new config is refused
 	// and the old one kept.
 	Reload       <-chan struct{}
 	ReloadConfig func() (Config, error)
-
-	cluster *clusterHooks // tests in this package: cluster library tuning
 
 	// Readiness, if set, is called with what /readyz says whenever it
 	// changes (checked every 250 ms on the node's own goroutine), and a
@@ -116,7 +107,7 @@ type Node struct {
 	handedOff     atomic.Bool   // a stop transferred leadership (tests read it)
 	started       time.Time     // when newNode ran (liveness boot grace)
 	leaderChanges prometheus.Counter
-	expireEarly   bool // Deps.brokenExpireEarly (tests only)
+	expireEarly   bool // testHooks.expireEarly (tests only)
 }
 
 // RunWith is Run with injected dependencies. Start-up order (SPEC §3.5):
@@ -126,18 +117,23 @@ type Node struct {
 // leader and ready. The run loop then waits for the end: ctx, a stopped
 // FSM, the API server's failure, or a FAILED clock (to which it reacts
 // itself, on this goroutine).
-func RunWith(ctx context.Context, cfg Config, deps Deps) (err error) {
-	n, err := newNode(cfg, &deps)
+func RunWith(ctx context.Context, cfg Config, deps Deps) error {
+	return runWith(ctx, cfg, deps, testHooks{expireEarly: faultExpireEarly})
+}
+
+// runWith is RunWith with the hooks of this package's tests (testhooks.go).
+func runWith(ctx context.Context, cfg Config, deps Deps, hooks testHooks) error {
+	n, err := newNode(cfg, &deps, hooks)
 	if err != nil {
 		return err
 	}
 	defer n.dir.Close()
-	return n.run(ctx, &deps)
+	return n.run(ctx, &deps, hooks)
 }
 
 // newNode validates the config, resolves the clocks, opens and checks the
 // data dir, and builds the clock-health monitor.
-func newNode(cfg Config, deps *Deps) (*Node, error) {
+func newNode(cfg Config, deps *Deps, hooks testHooks) (*Node, error) {
 	cfg.Normalize()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -145,7 +141,7 @@ func newNode(cfg Config, deps *Deps) (*Node, error) {
 	n := &Node{
 		cfg: cfg, log: deps.Logger, guard: deps.Guard, stage: newStageHolder(),
 		expiry: deps.ExpiryInterval, fsm: ticket.New(cfg.Clock.DeltaMs), notify: make(chan bool, 16),
-		started: time.Now(), expireEarly: deps.brokenExpireEarly,
+		started: time.Now(), expireEarly: hooks.expireEarly,
 	}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
@@ -197,11 +193,11 @@ func newNode(cfg Config, deps *Deps) (*Node, error) {
 	return n, nil
 }
 
-func (n *Node) run(ctx context.Context, deps *Deps) (err error) {
+func (n *Node) run(ctx context.Context, deps *Deps, hooks testHooks) (err error) {
 	n.metrics = api.NewMetrics(n.reg)
 	n.registerMetrics(n.reg)
-	if deps.built != nil {
-		deps.built(n)
+	if hooks.built != nil {
+		hooks.built(n)
 	}
 
 	srv, err := n.startAPI(deps.Listener, deps.HealthListener)
@@ -250,7 +246,7 @@ func (n *Node) run(ctx context.Context, deps *Deps) (err error) {
 	var cons *consensus.Raft
 	if n.cl != nil {
 		defer n.cl.close() // after Raft closed (deferred calls run last in, first out)
-		cons, err = n.cl.open(deps.cluster)
+		cons, err = n.cl.open(hooks.cluster)
 	} else {
 		cons, err = n.openConsensus(deps.Transport)
 	}

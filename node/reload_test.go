@@ -17,7 +17,7 @@ func TestTrustMapReload(t *testing.T) {
 	tc := newTestCluster(t, "node-a")
 	reload := make(chan struct{})
 	next := make(chan func() (Config, error), 1)
-	tc.beforeStart = func(d *Deps) {
+	tc.beforeStart = func(d *Deps, _ *testHooks) {
 		d.Reload = reload
 		d.ReloadConfig = func() (Config, error) { return (<-next)() }
 	}

@@ -89,7 +89,7 @@ func newSafetyRig(t *testing.T, opts rigOpts) *safetyRig {
 	// Clocks only move forward: node i starts at base + (off_i − lowest),
 	// and truth is base − lowest. A node started later is set to truth +
 	// its offset and advanced from then on (r.extra).
-	r.tc.beforeStart = func(d *Deps) {
+	r.tc.beforeStart = func(d *Deps, h *testHooks) {
 		clk := d.Wall.(*clockhealthtest.Clock)
 		r.mu.Lock()
 		if r.running {
@@ -99,7 +99,7 @@ func newSafetyRig(t *testing.T, opts rigOpts) *safetyRig {
 			clk.StepWall(time.Duration(r.opts.offsetsMs[r.starting]-r.lowest) * time.Millisecond)
 		}
 		r.mu.Unlock()
-		d.brokenExpireEarly = r.opts.broken
+		h.expireEarly = r.opts.broken
 	}
 	var join string
 	for _, name := range names[:3] {

@@ -41,7 +41,7 @@ func applyTestFaults(d *node.Deps, log *slog.Logger) error {
 	switch v := os.Getenv("TCKCLK_TESTFAULT_EXPIRE_EARLY"); v {
 	case "":
 	case "1":
-		node.TestFaultExpireEarly(d)
+		node.TestFaultExpireEarly()
 		log.Warn("TEST FAULT: broken expiry, the leader frees tickets Δ early")
 	default:
 		return fmt.Errorf("TCKCLK_TESTFAULT_EXPIRE_EARLY %q: want 1 or unset", v)
