@@ -270,9 +270,23 @@ func (c *Client) lease(ctx context.Context, hc *http.Client, name, action string
 	sent := c.now()
 	r := c.send(ctx, &call{method: http.MethodPost, path: ticketPath(name, action), body: mustJSON(body), hc: hc, repeatable: true, redo: redo, skip: -1})
 	if r.err != nil {
-		return nil, r.err
+		return nil, repeatRefused(action, r)
 	}
 	return decodeLease(sent, action, r.raw)
+}
+
+// repeatRefused is a grant's or renew's error: a refusal (409) of a repeat
+// sent after a lost answer does not say what the lost send did — it may
+// have granted or renewed before the ticket was revoked, released, run
+// out or granted to another (the repeat of a grant revoked in between is
+// a 409 revoked) — so it is that 409 with the outcome unknown, as for
+// Release.
+func repeatRefused(action string, r reply) error {
+	var e *Error
+	if r.uncertain && errors.As(r.err, &e) && e.StatusCode == http.StatusConflict && !errors.Is(r.err, ErrOutcomeUnknown) {
+		return fmt.Errorf("%w: a repeat of the %s after a lost answer was refused: %w", ErrOutcomeUnknown, action, r.err)
+	}
+	return r.err
 }
 
 // decodeLease reads a grant or renew answer sent at sent.

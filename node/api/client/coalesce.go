@@ -91,7 +91,7 @@ func (c *Client) coLease(ctx context.Context, op wire.BatchOp) (*Lease, error) {
 	sent := c.now() // before queueing: no later than the batch's send
 	r := c.co.do(ctx, op)
 	if r.err != nil {
-		return nil, r.err
+		return nil, repeatRefused(op.Op, r)
 	}
 	return decodeLease(sent, op.Op, r.raw)
 }

@@ -213,6 +213,31 @@ func TestFailoverResetReleaseRepeats(t *testing.T) {
 	}
 }
 
+// SPEC §4.1, §4: a Grant or Renew whose first send was reset and whose
+// repeat is refused (409) may still have been applied by the lost send —
+// granted, then revoked before the repeat arrived (the repeat is then a
+// 409 revoked), or renewed — so the 409 comes with the outcome unknown;
+// without a lost answer the same 409 is a plain refusal. (The safety
+// long run's reset fault caught a grant recorded as refused that had
+// been applied.)
+func TestFailoverResetLeaseRepeatRefused(t *testing.T) {
+	a := newScripted(t, always(reset, ""))
+	revoked := newScripted(t, always(409, `{"error":"revoked","message":"ticket \"a\" was revoked"}`))
+	c := multi(t, []Option{WithFailover(0)}, a.url, revoked.url)
+	if l, err := c.Grant(context.Background(), "a", "h", 30); l != nil || !errors.Is(err, ErrRevoked) || !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("grant after a lost answer, repeat 409 revoked: %+v, %v; want revoked, outcome unknown", l, err)
+	}
+	c = multi(t, []Option{WithFailover(0)}, a.url, revoked.url)
+	if l, err := c.Renew(context.Background(), "a", "h", 7, 30); l != nil || !errors.Is(err, ErrRevoked) || !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("renew after a lost answer, repeat 409 revoked: %+v, %v; want revoked, outcome unknown", l, err)
+	}
+	// The second address is preferred now: its 409 to a send that lost
+	// nothing is the caller's answer.
+	if _, err := c.Grant(context.Background(), "a", "h", 30); !errors.Is(err, ErrRevoked) || errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("a plain 409: %v, want ErrRevoked only", err)
+	}
+}
+
 // SPEC §4.1: an op that is not safe to repeat (an admin write) is never
 // sent again after a lost answer: the caller is told the outcome is
 // unknown. A not_leader is a refusal, so it moves on (the leader is found).
