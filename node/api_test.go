@@ -11,7 +11,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"github.com/tckclk/tckclk/node/api/wire"
 	"io"
 	"math/big"
 	"net"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/tckclk/tckclk/internal/config"
 	"github.com/tckclk/tckclk/node/api/client"
+	"github.com/tckclk/tckclk/node/api/wire"
 )
 
 type rawAnswer struct {

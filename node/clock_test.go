@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/tckclk/tckclk/node/api/wire"
-	"github.com/tckclk/tckclk/node/datadir"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,8 +13,10 @@ import (
 	"time"
 
 	"github.com/tckclk/tckclk/node/api/client"
+	"github.com/tckclk/tckclk/node/api/wire"
 	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
+	"github.com/tckclk/tckclk/node/datadir"
 	"github.com/tckclk/tckclk/protocol"
 )
 

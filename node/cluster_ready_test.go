@@ -371,8 +371,7 @@ func TestClusterGossipOnlyClient(t *testing.T) {
 	first := tc.start("n1", "", 3)
 	tc.start("n2", first.gossipAddr(), 3)
 	tc.start("n3", first.gossipAddr(), 3)
-	leader := tc.leader()
-	lc := tc.nodes[leader]
+	tc.leader()
 	c := tc.startWith("c1", first.gossipAddr(), 0, func(c *Config) { c.Cluster.Raft.Role = "client" })
 	tc.waitReady("c1")
 	h, err := c.tn.c.Ready(bg)
@@ -387,8 +386,7 @@ func TestClusterGossipOnlyClient(t *testing.T) {
 		g, err = c.tn.c.Grant(bg, "via-client", "w", 30)
 		return err == nil && g.Token != 0
 	})
-	leader = tc.leader()
-	lc = tc.nodes[leader]
+	lc := tc.nodes[tc.leader()]
 	got, err := lc.tn.c.Get(bg, "via-client")
 	if err != nil || got.Token != g.Token {
 		t.Fatalf("leader reads %+v, %v; want token %d", got, err, g.Token)

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"github.com/tckclk/tckclk/node/datadir"
 	"hash/crc32"
 	"hash/crc64"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
 	"github.com/tckclk/tckclk/node/consensus"
+	"github.com/tckclk/tckclk/node/datadir"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 

@@ -487,8 +487,7 @@ func (n *Node) watchLocal(ctx context.Context, name string, index uint64, wait t
 	defer cancel()
 	for {
 		// Registered before this read: a change after it wakes us.
-		t, ok, idx = n.fsm.GetIndexed(name)
-		if idx > index {
+		if _, _, idx := n.fsm.GetIndexed(name); idx > index {
 			break
 		}
 		select {
