@@ -22,9 +22,9 @@ type ClockGuard interface {
 	Check() error
 }
 
-// ClockReporter is optionally implemented by a ClockGuard to describe
+// clockReporter is optionally implemented by a ClockGuard to describe
 // itself in /v1/status.
-type ClockReporter interface {
+type clockReporter interface {
 	ClockStatus() wire.ClockStatus
 }
 
@@ -33,7 +33,7 @@ type WallClock interface {
 	Now() time.Time
 }
 
-// monitorGuard is the ClockGuard (and ClockReporter) of a running ticketd:
+// monitorGuard is the ClockGuard (and clockReporter) of a running ticketd:
 // the clockhealth monitor built from the clock: section.
 type monitorGuard struct{ m *clockhealth.Monitor }
 

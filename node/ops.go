@@ -188,7 +188,7 @@ func (n *Node) Status(ctx context.Context) wire.Status {
 	if st.Stage == string(StageRemoved) {
 		st.Role = "removed" // out of the configuration for good, whatever its Raft still says
 	}
-	if cr, ok := n.guard.(ClockReporter); ok {
+	if cr, ok := n.guard.(clockReporter); ok {
 		st.Clock = cr.ClockStatus()
 		if st.Clock.Stage == string(clockhealth.StageChecked) {
 			// A proven clock is at the node's stage: one lifecycle.
