@@ -105,9 +105,6 @@ func readRSS(pid int) (rss, error) {
 // scaleLease is the fill's default lease, the longest SPEC §4 allows.
 const scaleLease = 250
 
-// scaleKeepers is how many renewal batches the keeper has in flight.
-const scaleKeepers = 4
-
 // runScale measures every count in -scale, one fresh cluster each, and
 // stops it before the next.
 func runScale(ctx context.Context, e *env, o options, out io.Writer) *scaleSection {
@@ -157,11 +154,15 @@ func scaleOne(ctx context.Context, e *env, o options, n int, prefix string, out 
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: scaleKeepers}, Timeout: time.Minute}
+			// As many batches in flight as the fill's clients: on a loaded
+			// machine a batch's round trip, not the servers' CPU, bounds
+			// the rate (5M tickets need 20,000 renewals/s).
+			keepers := o.items.scaleClients
+			hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: keepers}, Timeout: time.Minute}
 			defer hc.CloseIdleConnections()
 			var target atomic.Int64
 			target.Store(int64(s.leader))
-			k.run(kctx, hc, s.addrs, func() int { return int(target.Load()) }, func(from int) { target.CompareAndSwap(int64(from), int64((from+1)%len(s.addrs))) }, scaleKeepers)
+			k.run(kctx, hc, s.addrs, func() int { return int(target.Load()) }, func(from int) { target.CompareAndSwap(int64(from), int64((from+1)%len(s.addrs))) }, keepers)
 		}()
 		defer func() { // after the last measurement
 			stop()

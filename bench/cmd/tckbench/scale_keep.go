@@ -16,7 +16,8 @@ import (
 // ticket whose last grant or renewal is renewAt old (two thirds of its
 // lease), oldest first, so a fill that takes longer than a lease still
 // ends with every ticket active. Keeping n tickets alive takes n / lease
-// renewals a second (5M at 250 s: 20,000/s) beside the fill: a cluster
+// renewals a second (5M at 250 s: 20,000/s) beside the fill, with as many
+// batches in flight as the fill has clients: a cluster
 // that cannot do both falls behind, and the renewals that come too late
 // are counted (Failed) and the section's note says so.
 type keeper struct {
