@@ -20,8 +20,8 @@ import (
 	"github.com/tckclk/tckclk/node/cluster/mesh"
 )
 
-// restart stops name gracefully and starts it again on the same data dir
-// and mesh port, joining the gossip at join.
+// restart stops name gracefully and starts it again on the same data dir,
+// mesh port and gossip port, joining the gossip at join.
 func (tc *testCluster) restart(name, join string) *clusterMember {
 	t := tc.t
 	t.Helper()
@@ -32,6 +32,17 @@ func (tc *testCluster) restart(name, join string) *clusterMember {
 		t.Fatal(err)
 	}
 	meshPort, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The gossip port too: the others' join addresses and views name it
+	// (a node left alone rejoins only through its join addresses, which a
+	// new port would leave stale, as a restart on a host does not).
+	_, gp, err := net.SplitHostPort(old.gossipAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gossipPort, err := strconv.Atoi(gp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,6 +60,7 @@ func (tc *testCluster) restart(name, join string) *clusterMember {
 	}
 	return tc.startWith(name, join, cfg.Cluster.Raft.BootstrapExpect, func(c *Config) {
 		c.Cluster.Raft = cfg.Cluster.Raft // the same data dir and Raft settings
+		c.Cluster.Membership.BindPort = gossipPort
 	})
 }
 
@@ -87,7 +99,7 @@ type loadWorker struct {
 	clients []*atomic.Pointer[client.Client]
 	acks    map[string]*ack // ticket → its acknowledged state
 	dropped map[string]bool
-	ops     int
+	ops     atomic.Int64 // acknowledged operations (read while it runs)
 }
 
 func (w *loadWorker) run(stop <-chan struct{}) {
@@ -129,7 +141,7 @@ func (w *loadWorker) run(stop <-chan struct{}) {
 			gen[slot]++
 			continue
 		}
-		w.ops++
+		w.ops.Add(1)
 	}
 }
 
@@ -177,8 +189,17 @@ func TestClusterRollingRestartUnderLoad(t *testing.T) {
 		tc.waitReady(name)
 		t.Logf("restarted %s; leader %s", name, leader)
 	}
-	// Some load after the last restart, then stop it.
+	// Some load after the last restart, then stop it: at least the 30
+	// acknowledged operations checked below (a loaded machine may not have
+	// fitted them into the restarts, which take a few seconds).
 	firstGrant(t, tc.others(""), "after-roll", 10*time.Second)
+	waitFor(t, "30 acknowledged operations", 30*time.Second, func() bool {
+		var n int64
+		for _, w := range workers {
+			n += w.ops.Load()
+		}
+		return n >= 30
+	})
 	stopLoad()
 
 	leader := tc.leader()
@@ -190,7 +211,7 @@ func TestClusterRollingRestartUnderLoad(t *testing.T) {
 	seen := map[uint64]string{}
 	ops, checked, dropped := 0, 0, 0
 	for _, w := range workers {
-		ops += w.ops
+		ops += int(w.ops.Load())
 		dropped += len(w.dropped)
 		for name, a := range w.acks {
 			for j, tok := range a.tokens {
