@@ -113,6 +113,11 @@ func dataDirID(cfg *Config, now time.Time, log *slog.Logger) (*datadir.Dir, stri
 	if re.NodeID == "" {
 		re.NodeID = id
 	}
+	if nm, _, ok := identity.SplitGeneration(re.NodeID); !ok || nm != name {
+		d.Close()
+		return nil, "", &datadir.Error{File: d.File(datadir.RetiredFile),
+			Err: fmt.Errorf("node_id %q is not cluster.name %q or one of its generations NAME~G (refusing to start: whose retired dir this is is unknown)", re.NodeID, name)}
+	}
 	nd, next, err := replaceRetired(cfg, d, re, replaced, now, log)
 	if err != nil {
 		d.Close()

@@ -337,7 +337,8 @@ func TestAsideDirsPruned(t *testing.T) {
 }
 
 // A data dir made for another name's generation is refused naming
-// cluster.name; an unreadable generation marker refuses too.
+// cluster.name; a retired marker naming another NodeId, or an unreadable
+// generation marker, refuses too.
 func TestGenerationMarkerOfAnotherName(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "data")
 	d, err := datadir.Open(path)
@@ -351,6 +352,15 @@ func TestGenerationMarkerOfAnotherName(t *testing.T) {
 	}
 	if _, err := openID(t, genConfig(path, "n1"), genNow); err == nil || !strings.Contains(err.Error(), "cluster.name") || !strings.Contains(err.Error(), "n2~3") {
 		t.Fatalf("%v, want a refusal naming cluster.name and n2~3", err)
+	}
+	// A retired marker naming another name's NodeId (or a path) refuses.
+	other := filepath.Join(t.TempDir(), "data")
+	retiredDir(t, other, "../../n1", "rtt", 0)
+	if _, err := openID(t, genConfig(other, "n1"), genNow); err == nil || !strings.Contains(err.Error(), datadir.RetiredFile) || !strings.Contains(err.Error(), "../../n1") {
+		t.Fatalf("%v, want a refusal naming the retired marker's node_id", err)
+	}
+	if got := entries(t, filepath.Dir(other)); !slices.Equal(got, []string{"data"}) {
+		t.Fatalf("the refusal changed %v", got)
 	}
 	if err := os.WriteFile(filepath.Join(path, datadir.GenerationFile), []byte("garbage\n"), 0o600); err != nil {
 		t.Fatal(err)
