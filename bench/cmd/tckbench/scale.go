@@ -148,6 +148,7 @@ func scaleOne(ctx context.Context, e *env, o options, n int, prefix string, out 
 	prof := scaleProfiler(ctx, o.profile, s, fmt.Sprintf("scale-%d", n), out)
 	defer prof.wait()
 	var k *keeper
+	stopKeeper := func() {}
 	if o.items.scaleKeep && o.items.scaleBatch > 0 {
 		k = newKeeper(n, o.items.scaleBatch, leaseS)
 		kctx, stop := context.WithCancel(ctx)
@@ -164,15 +165,19 @@ func scaleOne(ctx context.Context, e *env, o options, n int, prefix string, out 
 			target.Store(int64(s.leader))
 			k.run(kctx, hc, s.addrs, func() int { return int(target.Load()) }, func(from int) { target.CompareAndSwap(int64(from), int64((from+1)%len(s.addrs))) }, keepers)
 		}()
-		defer func() { // after the last measurement
-			stop()
-			<-done
-			r.Renewals, r.RenewFailures = k.renewed.Load(), k.failed.Load()
-			if p := k.first.Load(); p != nil {
-				r.FirstRenewError = *p
-			}
-			fmt.Fprintf(out, "scale %8d tickets: the keeper renewed %d tickets, %d renewals failed\n", n, r.Renewals, r.RenewFailures)
-		}()
+		var once sync.Once
+		stopKeeper = func() { // after the last measurement
+			once.Do(func() {
+				stop()
+				<-done
+				r.Renewals, r.RenewFailures = k.renewed.Load(), k.failed.Load()
+				if p := k.first.Load(); p != nil {
+					r.FirstRenewError = *p
+				}
+				fmt.Fprintf(out, "scale %8d tickets: the keeper renewed %d tickets, lost %d\n", n, r.Renewals, r.RenewFailures)
+			})
+		}
+		defer stopKeeper()
 	}
 	fillProf := prof.during("fill-cpu", "profile", 30, n/2)
 	firstGrant, err := scaleFill(ctx, s.addrs, s.leader, n, o.items.scaleClients, o.items.scaleBatch, leaseS, k, &r, out, fillProf)
@@ -245,11 +250,12 @@ func scaleOne(ctx context.Context, e *env, o options, n int, prefix string, out 
 		return fail("status at the end", err)
 	}
 	r.ActiveEnd, r.FirstGrantAgeS = st.TicketsActive, time.Since(firstGrant).Seconds()
+	stopKeeper()
 	fmt.Fprintf(out, "scale %8d tickets: at the end tickets_active %d, the first grant %.0f s old (lease %d s + Δ)\n",
 		n, r.ActiveEnd, r.FirstGrantAgeS, leaseS)
 	switch {
-	case k != nil && k.failed.Load() > 0:
-		r.Note = fmt.Sprintf("the keeper lost %d tickets (renewals failed or came too late; first: %s): keeping %d alive takes %d renewals/s beside the fill (tickets_active %d at the end)", k.failed.Load(), r.FirstRenewError, n, n/leaseS, r.ActiveEnd)
+	case k != nil && r.RenewFailures > 0:
+		r.Note = fmt.Sprintf("the keeper lost %d tickets (refused, or their lease ended before a renewal got through; first: %s): keeping %d alive takes %d renewals/s beside the fill (tickets_active %d at the end)", r.RenewFailures, r.FirstRenewError, n, n/leaseS, r.ActiveEnd)
 	case k == nil && r.FirstGrantAgeS >= float64(leaseS):
 		r.Note = fmt.Sprintf("the measurements ended %.0f s after the first grant: tickets may have expired during them (tickets_active %d of %d)", r.FirstGrantAgeS, r.ActiveEnd, n)
 	}

@@ -17,15 +17,20 @@ import (
 // lease), oldest first, so a fill that takes longer than a lease still
 // ends with every ticket active. Keeping n tickets alive takes n / lease
 // renewals a second (5M at 250 s: 20,000/s) beside the fill, with as many
-// batches in flight as the fill has clients: a cluster
-// that cannot do both falls behind, and the renewals that come too late
-// are counted (Failed) and the section's note says so.
+// batches in flight as the fill has clients. A renewal the cluster could
+// not serve (a failed request, a 5xx: a leadership change) is tried again
+// until the ticket's lease ends; a ticket is lost (counted in failed, the
+// section's note says so) when its lease ended first or the cluster
+// refused the renewal (a 4xx).
 type keeper struct {
 	batch   int
 	renewAt time.Duration
 	leaseS  int
 	tokens  []atomic.Uint64 // 0: not settled yet; notGranted: the fill gave up on it
 	due     []atomic.Int64  // unix ns when its renewal is due
+	ends    []atomic.Int64  // unix ns when its lease ends (counted from the request's send)
+	mu      sync.Mutex
+	retry   []retryItem // renewals to try again, oldest first
 	renewed atomic.Int64
 	failed  atomic.Int64
 	first   atomic.Pointer[string]
@@ -33,9 +38,19 @@ type keeper struct {
 
 const notGranted = ^uint64(0)
 
+// retryItem is a renewal to try again from at on.
+type retryItem struct {
+	id int
+	at time.Time
+}
+
+// retryAfter is how long a renewal the cluster could not serve waits
+// before it is tried again.
+const retryAfter = 200 * time.Millisecond
+
 func newKeeper(n, batch, leaseS int) *keeper {
 	return &keeper{batch: batch, leaseS: leaseS, renewAt: time.Duration(leaseS) * time.Second * 2 / 3,
-		tokens: make([]atomic.Uint64, n), due: make([]atomic.Int64, n)}
+		tokens: make([]atomic.Uint64, n), due: make([]atomic.Int64, n), ends: make([]atomic.Int64, n)}
 }
 
 // granted records fill ticket i's token (0 when it was not granted),
@@ -46,7 +61,37 @@ func (k *keeper) granted(i int64, token uint64, sent time.Time) {
 		return
 	}
 	k.due[i].Store(sent.Add(k.renewAt).UnixNano())
+	k.ends[i].Store(sent.Add(time.Duration(k.leaseS) * time.Second).UnixNano())
 	k.tokens[i].Store(token)
+}
+
+// retries takes up to max renewals due to be tried again; those whose
+// lease ended meanwhile are lost.
+func (k *keeper) retries(max int) []int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var ids []int
+	now := time.Now()
+	j := 0
+	for ; j < len(k.retry) && len(ids) < max && !now.Before(k.retry[j].at); j++ {
+		id := k.retry[j].id
+		if now.UnixNano() >= k.ends[id].Load() {
+			k.giveUp([]int{id}, fmt.Sprintf("renew %s: its lease ended before a renewal got through", fillName(int64(id))))
+			continue
+		}
+		ids = append(ids, id)
+	}
+	k.retry = k.retry[j:]
+	return ids
+}
+
+func (k *keeper) again(ids []int) {
+	at := time.Now().Add(retryAfter)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, id := range ids {
+		k.retry = append(k.retry, retryItem{id, at})
+	}
 }
 
 func (k *keeper) fail(msg string) {
@@ -76,7 +121,7 @@ func (k *keeper) run(ctx context.Context, hc *http.Client, addrs []string, targe
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for ctx.Err() == nil {
-		var ids []int
+		ids := k.retries(k.batch)
 		wait := 50 * time.Millisecond // nothing granted yet at the cursor
 		for len(ids) < k.batch {
 			tok := k.tokens[c].Load()
@@ -110,9 +155,9 @@ func (k *keeper) run(ctx context.Context, hc *http.Client, addrs []string, targe
 	}
 }
 
-// renewBatch renews fill tickets ids in one POST /v1/batch; what fails
-// (the whole request, or ops the node could not serve: a leadership
-// change) is tried once more on the next node, then given up and counted.
+// renewBatch renews fill tickets ids in one POST /v1/batch; what the
+// cluster could not serve (the whole request failed, or 5xx ops: a
+// leadership change) moves target on and is tried again (again).
 func (k *keeper) renewBatch(ctx context.Context, hc *http.Client, addrs []string, target func() int, moveOn func(int), ids []int) {
 	type op struct {
 		Op     string `json:"op"`
@@ -121,51 +166,44 @@ func (k *keeper) renewBatch(ctx context.Context, hc *http.Client, addrs []string
 		Token  uint64 `json:"token"`
 		LeaseS int    `json:"lease_s"`
 	}
-	for try := 0; len(ids) > 0; try++ {
-		var body struct {
-			Ops []op `json:"ops"`
+	var body struct {
+		Ops []op `json:"ops"`
+	}
+	for _, i := range ids {
+		body.Ops = append(body.Ops, op{"renew", fillName(int64(i)), "filler", k.tokens[i].Load(), k.leaseS})
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		k.giveUp(ids, err.Error())
+		return
+	}
+	at := target()
+	sent := time.Now()
+	res, err := postBatchResults(ctx, hc, addrs[at], b, len(ids))
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		moveOn(at)
+		k.again(ids)
+		return
+	}
+	var again []int
+	for j, i := range ids {
+		switch st := res[j].Status; {
+		case st == http.StatusOK:
+			k.due[i].Store(sent.Add(k.renewAt).UnixNano())
+			k.ends[i].Store(sent.Add(time.Duration(k.leaseS) * time.Second).UnixNano())
+			k.renewed.Add(1)
+		case st >= 500:
+			again = append(again, i)
+		default:
+			k.giveUp([]int{i}, fmt.Sprintf("renew %s: status %d %s", fillName(int64(i)), st, res[j].Body))
 		}
-		for _, i := range ids {
-			body.Ops = append(body.Ops, op{"renew", fillName(int64(i)), "filler", k.tokens[i].Load(), k.leaseS})
-		}
-		b, err := json.Marshal(body)
-		if err != nil {
-			k.giveUp(ids, err.Error())
-			return
-		}
-		at := target()
-		sent := time.Now()
-		res, err := postBatchResults(ctx, hc, addrs[at], b, len(ids))
-		if ctx.Err() != nil {
-			return
-		}
-		var again []int
-		var why string
-		for j, i := range ids {
-			switch {
-			case err != nil:
-				again, why = ids, err.Error()
-			case res[j].Status == http.StatusOK:
-				k.due[i].Store(sent.Add(k.renewAt).UnixNano())
-				k.renewed.Add(1)
-			case res[j].Status >= 500:
-				again = append(again, i)
-				why = fmt.Sprintf("renew %s: status %d %s", fillName(int64(i)), res[j].Status, res[j].Body)
-			default:
-				k.giveUp([]int{i}, fmt.Sprintf("renew %s: status %d %s", fillName(int64(i)), res[j].Status, res[j].Body))
-			}
-			if err != nil {
-				break
-			}
-		}
-		if len(again) > 0 {
-			moveOn(at)
-			if try > 0 {
-				k.giveUp(again, why)
-				return
-			}
-		}
-		ids = again
+	}
+	if len(again) > 0 {
+		moveOn(at)
+		k.again(again)
 	}
 }
 
