@@ -79,10 +79,12 @@ func TestForgedAliveChangesNothing(t *testing.T) {
 	if err := b.m.UpdateMeta(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	waitView(t, a, converge, "b's new metadata", func(ms []Member) bool {
-		m, ok := find(ms, "node-b")
-		return ok && m.Meta.Role == RoleStandby
-	})
+	for _, n := range []*testNode{a, c} { // c too: it is checked below
+		waitView(t, n, converge, "b's new metadata", func(ms []Member) bool {
+			m, ok := find(ms, "node-b")
+			return ok && m.Meta.Role == RoleStandby
+		})
+	}
 	forgeAlive(t, a, b, 1<<31, captured)
 	waitCount(t, "a: replays", 1, func() float64 { return counterValue(t, a.m.met.metaRefused.WithLabelValues(ReasonReplay)) })
 

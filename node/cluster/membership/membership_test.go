@@ -370,3 +370,38 @@ func TestJoinBackoffAndConvergenceMetric(t *testing.T) {
 	}
 	waitView(t, a, converge, "node-j", aliveWith(a, j))
 }
+
+// SPEC §3.4: a later generation NAME~G gossips under NAME (its trust-map
+// and memberlist name) with NodeID NAME~G in its signed metadata: peers
+// list it with ID NAME~G and Name NAME, one entry for the name, its key
+// advertised under NAME; metadata naming another name's generation is
+// refused before it is signed.
+func TestGenerationGossipsUnderItsName(t *testing.T) {
+	trust := newTrust()
+	ka, kb := newKey(t), newKey(t)
+	trust.set("node-a", ka)
+	trust.set("node-b", kb)
+	a := startTestNode(t, "node-a", ka, trust)
+	b := startTestNode(t, "node-b", kb, trust, withJoin(a.m.LocalAddr()))
+	waitView(t, a, converge, "node-b", func(ms []Member) bool { _, ok := find(ms, "node-b"); return ok })
+	b.setMeta(func(m *Meta) { m.NodeID = "node-b~2" })
+	if err := b.m.UpdateMeta(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitView(t, a, converge, "node-b~2", func(ms []Member) bool { _, ok := find(ms, "node-b~2"); return ok })
+	ms := a.m.Members()
+	if len(ms) != 2 {
+		t.Fatalf("a's view %s: want node-a and one entry for node-b", describeView(ms))
+	}
+	m, _ := find(ms, "node-b~2")
+	if m.Name != "node-b" || m.Meta.NodeID != "node-b~2" || m.State != StateAlive {
+		t.Fatalf("node-b~2 listed as %+v", m)
+	}
+	if k, ok := a.m.AdvertisedKey("node-b"); !ok || !k.Equal(kb) {
+		t.Fatalf("AdvertisedKey(node-b) = %x, %v", k, ok)
+	}
+	b.setMeta(func(m *Meta) { m.NodeID = "node-a~3" })
+	if err := b.m.UpdateMeta(t.Context()); !errors.Is(err, ErrSelfTrust) {
+		t.Fatalf("metadata naming node-a~3 signed by node-b: %v, want ErrSelfTrust", err)
+	}
+}
