@@ -271,6 +271,12 @@ func scaleFill(ctx context.Context, addrs []string, leader, n, clients, batch, l
 	if k != nil {
 		granted = k.granted
 	}
+	// A fill the keeper cannot keep up with is stopped once it lost 1 %
+	// of the tickets: the cluster cannot hold n alive (behind).
+	outer := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var behind atomic.Bool
 	var tds []*load.Ticketd
 	for _, a := range addrs {
 		td, err := load.NewTicketd(a, clients, false)
@@ -314,6 +320,10 @@ func scaleFill(ctx context.Context, addrs []string, leader, n, clients, batch, l
 				}
 				d := done.Load()
 				progress(int(d))
+				if k != nil && k.failed.Load() > int64(n)/100 {
+					behind.Store(true)
+					cancel()
+				}
 				fmt.Fprintf(out, "scale %8d tickets: %d granted after %.0f s (%.0f/s)\n", n, d, time.Since(start).Seconds(), float64(d)/time.Since(start).Seconds())
 			}
 		}
@@ -406,8 +416,16 @@ func scaleFill(ctx context.Context, addrs []string, leader, n, clients, batch, l
 	if p := firstErr.Load(); p != nil {
 		r.FirstError = *p
 	}
-	if ctx.Err() != nil {
-		return start, ctx.Err()
+	if behind.Load() {
+		ops := float64(done.Load()+k.renewed.Load()) / took.Seconds()
+		first := ""
+		if p := k.first.Load(); p != nil {
+			first = *p
+		}
+		return start, fmt.Errorf("the keeper lost %d tickets (first: %s) with %d of %d granted: keeping %d tickets alive takes %d renewals/s beside the fill, the cluster did %.0f grants and renewals/s", k.failed.Load(), first, done.Load(), n, n, n/leaseS, ops)
+	}
+	if outer.Err() != nil {
+		return start, outer.Err()
 	}
 	// Some grants fail when leadership moves on a loaded machine (each is
 	// retried twice first); the section counts what is active anyway.
