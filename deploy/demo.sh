@@ -7,7 +7,8 @@
 # the nodes first, then the agent they prove their clocks against.
 # While it runs it watches the nodes as a supervisor would (systemd's
 # Restart=on-failure): a node that exits with status 1 (a runtime failure,
-# e.g. its clock FAILED) is said and started again; one that exits with 2
+# e.g. its clock FAILED: started again it comes back as the next generation
+# NAME~G, SPEC 3.4) is said and started again; one that exits with 2
 # (refused: read its log) is said and left stopped.
 #
 #   deploy/demo.sh                    from the repository root (needs go, openssl)
