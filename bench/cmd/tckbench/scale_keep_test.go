@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -112,5 +113,69 @@ func TestKeeperRenewsBeforeLeasesEnd(t *testing.T) {
 	}
 	if target.Load() != 1 {
 		t.Errorf("the keeper stayed on node %d, want the one that serves", target.Load())
+	}
+}
+
+// fakeNode is a node that grants every fill ticket and refuses every
+// renewal (409), with /readyz and /v1/status as a leader's.
+func fakeNode(t *testing.T) *httptest.Server {
+	var next atomic.Uint64
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/readyz":
+			_, _ = w.Write([]byte(`{"status":"ok","stage":"ready"}`))
+		case "/v1/status":
+			_, _ = w.Write([]byte(`{"role":"leader"}`))
+		case "/v1/batch":
+			var req struct{ Ops []struct{ Op, Name string } }
+			if json.NewDecoder(r.Body).Decode(&req) != nil {
+				http.Error(w, "bad request", http.StatusBadRequest)
+				return
+			}
+			var ans struct {
+				Results []batchResult `json:"results"`
+			}
+			for _, op := range req.Ops {
+				if op.Op != "grant" {
+					ans.Results = append(ans.Results, batchResult{Status: http.StatusConflict, Body: json.RawMessage(`{"error":"wrong_token"}`)})
+					continue
+				}
+				b, _ := json.Marshal(map[string]any{"name": op.Name, "holder": "filler", "token": next.Add(1), "lease_s": 1})
+				ans.Results = append(ans.Results, batchResult{Status: http.StatusOK, Body: b})
+			}
+			_ = json.NewEncoder(w).Encode(&ans)
+		default:
+			t.Errorf("fake node: unexpected %s %s", r.Method, r.URL.Path)
+			http.NotFound(w, r)
+		}
+	}))
+}
+
+// A fill whose tickets the keeper cannot keep alive stops (at its next
+// progress report) with the rates it needed and got, instead of grinding
+// on with the keeper taking every op.
+func TestScaleFillStopsWhenTheKeeperFallsBehind(t *testing.T) {
+	srv := fakeNode(t)
+	defer srv.Close()
+	const n = 1 << 20 // more than the fill can send before the first report
+	k := newKeeper(n, 64, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		k.run(kctx, srv.Client(), []string{srv.URL}, func() int { return 0 }, func(int) {}, 2)
+	}()
+	var r scaleResult
+	var out strings.Builder
+	_, err := scaleFill(ctx, []string{srv.URL}, 0, n, 2, 64, 1, k, &r, &out, func(int) {})
+	stop()
+	<-done
+	if err == nil || !strings.Contains(err.Error(), "the keeper lost") || !strings.Contains(err.Error(), "renewals/s") {
+		t.Fatalf("fill ended with %v, want it stopped as the keeper lost tickets", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the fill ran until the test's deadline")
 	}
 }
