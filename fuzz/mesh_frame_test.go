@@ -15,7 +15,8 @@ import (
 // expressions, not from its code paths.
 
 var (
-	naiveNodeID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+	// NAME, or NAME~G with G in 2..999999 without a leading zero (SPEC §3.4).
+	naiveNodeID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}(~([2-9]|[1-9][0-9]{1,5}))?$`)
 	naiveAddr   = regexp.MustCompile(`^[\x21-\x7e]{1,255}$`)
 )
 
@@ -114,9 +115,11 @@ func FuzzMeshFrames(f *testing.F) {
 		nonce[i], key[i], share[i] = byte(i), byte(0xff-i), byte(0x40+i)
 	}
 	hello := mesh.EncodeHello(mesh.Hello{ID: "node-1", Addr: "10.0.0.1:7950", Nonce: nonce, Key: key, Share: share})
+	later := mesh.EncodeHello(mesh.Hello{ID: "node-1~12", Addr: "10.0.0.1:7950", Nonce: nonce, Key: key, Share: share})
 	proof := mesh.EncodeProof(mesh.Proof{MAC: nonce, Sig: [64]byte{1, 2, 3}})
 	for _, s := range [][]byte{
 		mesh.AppendFrame(nil, hello),
+		mesh.AppendFrame(nil, later),
 		mesh.AppendFrame(nil, proof),
 		mesh.AppendFrame(nil, []byte{2, 3}), // version 1's accept frame, a type version 2 lacks
 		mesh.AppendFrame(mesh.AppendFrame(nil, hello), proof),

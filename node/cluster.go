@@ -81,10 +81,12 @@ type clusterNode struct {
 }
 
 // advertised is membership's AdvertisedKey, bound after the mesh listens
-// (the mesh's address is in the metadata membership starts with).
+// (the mesh's address is in the metadata membership starts with), and
+// Raft's ServerAddressProvider, bound to Raft once it opens.
 type advertised struct {
-	mu  sync.Mutex
-	mem *membership.Membership
+	mu   sync.Mutex
+	mem  *membership.Membership
+	raft *raft.Raft // its configuration: the address of a server gossip does not show
 }
 
 func (a *advertised) AdvertisedKey(id string) (ed25519.PublicKey, bool) {
@@ -97,29 +99,45 @@ func (a *advertised) AdvertisedKey(id string) (ed25519.PublicKey, bool) {
 	return m.AdvertisedKey(id)
 }
 
-// errNoMeshAddr: gossip has no mesh address for a server (Raft then dials
-// the address in its configuration).
-var errNoMeshAddr = errors.New("no mesh address in gossip")
+// errNoMeshAddr: neither gossip nor the Raft configuration has a mesh
+// address for a server (Raft's transport then dials its bare target,
+// which mesh.StreamLayer refuses).
+var errNoMeshAddr = errors.New("no mesh address in gossip or in the Raft configuration")
 
-// ServerAddr implements raft.ServerAddressProvider: Raft dials a peer at
-// the mesh address it advertises in gossip now, not the one its Raft
-// configuration recorded when it was added. A voter restarted on another
-// mesh port (auto-picked in 7950–7959, then ephemeral) is reached at once;
-// without it the leader kept dialing the old port and the voter, cut off,
-// campaigned alone (seen in the failover trials of bench/tckbench).
+// ServerAddr implements raft.ServerAddressProvider; hashicorp/raft asks it
+// before every connection, with the server's ID. The answer names that ID
+// (mesh.RaftAddress), so the mesh serves the RPC only on a session whose
+// peer authenticated as exactly that NodeId: a later generation NAME~G
+// at the address of the NodeId it replaced never answers for it (SPEC
+// §3.4). The address is the one the server advertises in gossip now, not
+// the one its Raft configuration recorded when it was added: a voter
+// restarted on another mesh port (auto-picked in 7950–7959, then
+// ephemeral) is reached at once; without it the leader kept dialing the
+// old port and the voter, cut off, campaigned alone (seen in the failover
+// trials of bench/tckbench). A server gossip does not show is dialed at
+// its configuration's address, still named: never a bare address, which
+// hashicorp/raft would dial if this failed.
 func (a *advertised) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
 	a.mu.Lock()
-	m := a.mem
+	m, r := a.mem, a.raft
 	a.mu.Unlock()
-	if m == nil {
-		return "", errNoMeshAddr
+	if m != nil {
+		// Any state but left: a member gossip calls dead may be alive (the
+		// claim is unsigned, a gossip-key holder can forge it) and its
+		// signed mesh address is the newest one known.
+		for _, mb := range m.Members() {
+			if mb.ID == string(id) && mb.State != membership.StateLeft && mb.Meta.MeshAddr != "" {
+				return mesh.RaftAddress(id, mb.Meta.MeshAddr), nil
+			}
+		}
 	}
-	// Any state but left: a member gossip calls dead may be alive (the
-	// claim is unsigned, a gossip-key holder can forge it) and its signed
-	// mesh address is the newest one known.
-	for _, mb := range m.Members() {
-		if mb.ID == string(id) && mb.State != membership.StateLeft && mb.Meta.MeshAddr != "" {
-			return raft.ServerAddress(mb.Meta.MeshAddr), nil
+	if r != nil {
+		// The latest configuration, read without a round trip through
+		// Raft's loop (GetConfiguration answers at once).
+		for _, s := range r.GetConfiguration().Configuration().Servers {
+			if s.ID == id && s.Address != "" {
+				return mesh.RaftAddress(id, string(s.Address)), nil
+			}
 		}
 	}
 	return "", errNoMeshAddr
@@ -181,7 +199,8 @@ func (cl *clusterNode) listenMesh(h *clusterHooks) error {
 	cfg := &cl.n.cfg
 	tlsConf := cl.tls
 	mc := mesh.Config{
-		NodeID: cfg.Cluster.gossipName(), Key: cl.key, GossipSecret: cl.secret, Trust: cl.trust, Advertised: &cl.adv,
+		// The full NodeId (NAME~G); the key is NAME's.
+		NodeID: cfg.Cluster.Name, Key: cl.key, GossipSecret: cl.secret, Trust: cl.trust, Advertised: &cl.adv,
 		TLS: tlsConf, BindAddr: cfg.Cluster.Membership.BindAddr, BindPort: cfg.Cluster.Internode.BindPort,
 		Logger: cl.n.log.With("component", "mesh"), Registerer: cl.n.reg, // socket deadlines: real time
 		SessionEnded: cl.crash.sessionEnded,
@@ -202,7 +221,7 @@ func (cl *clusterNode) listenMesh(h *clusterHooks) error {
 	// same analysis as grafana/pyroscope#5518).
 	cl.tr = newContactTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: mesh.NewStreamLayer(cl.mesh, mesh.ClassRaft), MaxPool: 3, Timeout: 10 * time.Second, MaxRPCsInFlight: 1,
-		ServerAddressProvider: &cl.adv, // the peer's mesh address from gossip
+		ServerAddressProvider: &cl.adv, // the server's mesh address, named with its ID
 		Logger:                hclog.New(&hclog.LoggerOptions{Name: "raft-net", Output: io.Discard}),
 	}))
 	cl.log.Info("mesh listening", "addr", cl.mesh.Addr(), "tls", tlsConf != nil)
@@ -233,6 +252,9 @@ func (cl *clusterNode) openConsensus(h *clusterHooks) (*consensus.Raft, error) {
 	if err != nil {
 		return nil, err
 	}
+	cl.adv.mu.Lock()
+	cl.adv.raft = cons.Raft()
+	cl.adv.mu.Unlock()
 	servers, err := cons.Servers()
 	if err != nil {
 		_ = cons.Close()

@@ -62,9 +62,10 @@ func (cl *clusterNode) answerPeer(c net.Conn) {
 		return
 	}
 	if op[0] == peerstatus.OpRetiredGeneration {
-		// The asker is the stream's authenticated mesh peer (its NAME).
+		// The asker is the stream's authenticated mesh peer (its NodeId,
+		// whose name the mesh checked against the trust map).
 		if ps, ok := c.(interface{ PeerID() string }); ok {
-			_, _ = c.Write(peerstatus.EncodeGeneration(uint32(cl.retiredGeneration(ps.PeerID()))))
+			_, _ = c.Write(peerstatus.EncodeGeneration(uint32(cl.retiredGeneration(identity.TrustName(ps.PeerID())))))
 		}
 		return
 	}
@@ -115,8 +116,7 @@ func (cl *clusterNode) queryRetiredGeneration(ctx context.Context, id, addr stri
 func (cl *clusterNode) askPeer(ctx context.Context, id, addr string, op byte, maxLen int) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, peerQueryTimeout)
 	defer cancel()
-	// The mesh authenticates NAME, the trust-map name of NAME~G.
-	s, err := cl.mesh.Dial(ctx, addr, identity.TrustName(id), mesh.ClassBootstrap)
+	s, err := cl.mesh.Dial(ctx, addr, id, mesh.ClassBootstrap) // exactly that NodeId, generation included
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/cluster/forward"
-	"github.com/tckclk/tckclk/node/cluster/identity"
 	"github.com/tckclk/tckclk/node/cluster/mesh"
 	"github.com/tckclk/tckclk/node/ticket"
 )
@@ -89,7 +88,7 @@ func (f *forwarder) route() (*forward.Client, bool) {
 	m, leader, leaderAddr := f.cl.mesh, id, addr
 	f.leader, f.addr = leader, leaderAddr
 	c := forward.NewClient(func(ctx context.Context) (net.Conn, error) {
-		return m.Dial(ctx, leaderAddr, identity.TrustName(leader), mesh.ClassForward) // the mesh knows NAME, Raft NAME~G
+		return m.Dial(ctx, leaderAddr, leader, mesh.ClassForward) // exactly the leader's NodeId, generation included
 	})
 	f.client = c
 	f.mu.Unlock()

@@ -342,3 +342,17 @@ func TestTrustName(t *testing.T) {
 		t.Fatal("a NodeId may contain the generation separator")
 	}
 }
+
+// A NodeId with its generation (what the mesh hello and a Raft dial carry):
+// NAME or NAME~G in canonical form, nothing else.
+func TestValidNodeID(t *testing.T) {
+	for id, ok := range map[string]bool{
+		"node-1": true, "node-1~2": true, "node-1~999999": true, "a.b~17": true,
+		"": false, "~2": false, "node-1~": false, "node-1~1": false, "node-1~0": false, "node-1~02": false,
+		"node-1~1000000": false, "node-1~x": false, "node-1~2~3": false, "-x~2": false, "node 1~2": false,
+	} {
+		if err := identity.ValidNodeID(id); (err == nil) != ok {
+			t.Errorf("ValidNodeID(%q) = %v, want ok=%v", id, err, ok)
+		}
+	}
+}

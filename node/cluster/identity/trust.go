@@ -75,6 +75,20 @@ func GenerationID(name string, gen int) string {
 	return name + GenerationSep + strconv.Itoa(gen)
 }
 
+// ValidNodeID checks a NodeId with its generation: NAME (a ValidID) or
+// NAME~G in SplitGeneration's canonical form (G 2..=MaxGeneration, no
+// leading zero).
+func ValidNodeID(nodeID string) error {
+	name, gen, ok := SplitGeneration(nodeID)
+	if err := ValidID(name); err != nil {
+		return err
+	}
+	if !ok || GenerationID(name, gen) != nodeID {
+		return fmt.Errorf("identity: node id %q has a generation suffix other than %s2..%s%d", nodeID, GenerationSep, GenerationSep, MaxGeneration)
+	}
+	return nil
+}
+
 func idByte(c byte, first bool) bool {
 	if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
 		return true

@@ -10,7 +10,8 @@
 // ClassX) on the calling side → m.Close().
 //
 // Handshake (frames in frame.go, flow in session.go), version 2: each side
-// sends a hello (NodeId, advertised address, fresh 32-byte nonce from
+// sends a hello (its full NodeId NAME~G — its key is the trust-map entry
+// of NAME, identity.TrustName — advertised address, fresh 32-byte nonce from
 // Config.Rand, ed25519 public key, ephemeral X25519 key share); the
 // transcript binds a label, both hellos and their order (dialer first).
 // The dialer proves itself first: HMAC-SHA-256 over role || transcript,
@@ -60,6 +61,12 @@
 //     retries once on the survivor.
 //   - Every goroutine (accept loop, handshakes, per-session and per-stream
 //     servers) belongs to the Mesh; Close ends them all and waits.
+//
+// Sessions are kept per NodeId, and a Dial naming a NodeId is served only
+// by a peer that authenticated as exactly it: NAME~2 at NAME's old
+// address, with NAME's key, never answers for NAME. StreamLayer (Raft)
+// always names its server (RaftAddress) and refuses a bare address. The
+// NodeId in the hello is a change of the unreleased version 2.
 //
 // Hazards: a stream already handed out on a session that then loses a
 // simultaneous-dial tie-break is reset; callers must treat stream errors

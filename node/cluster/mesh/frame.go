@@ -17,7 +17,9 @@ import (
 //	hello = version 0x01 idLen id addrLen addr nonce[32] key[32] share[32]
 //	proof = version 0x02 mac[32] sig[64]
 //
-// id is a NodeId (identity.ValidID), addr the sender's advertised mesh
+// id is the sender's full NodeId, NAME or NAME~G (identity.ValidNodeID;
+// its key is the trust-map entry of NAME, identity.TrustName), addr the
+// sender's advertised mesh
 // address (1..=255 bytes 0x21–0x7E), key its ed25519 public key, share
 // its ephemeral X25519 public key for this handshake. After the two
 // proofs every byte is in sealed records (seal.go).
@@ -131,7 +133,8 @@ func EncodeHello(h Hello) []byte {
 	return append(b, h.Share[:]...)
 }
 
-// DecodeHello parses a hello body strictly: a valid NodeId, a valid
+// DecodeHello parses a hello body strictly: a valid NodeId (generation
+// included), a valid
 // address, the three fixed-size fields, nothing after them.
 func DecodeHello(b []byte) (Hello, error) {
 	var h Hello
@@ -143,7 +146,7 @@ func DecodeHello(b []byte) (Hello, error) {
 	if !ok {
 		return h, fmt.Errorf("%w: hello truncated in the node id", ErrFormat)
 	}
-	if err := identity.ValidID(id); err != nil {
+	if err := identity.ValidNodeID(id); err != nil {
 		return h, fmt.Errorf("%w: %w", ErrFormat, err)
 	}
 	addr, rest, ok := cutLen(rest)

@@ -15,6 +15,8 @@ import (
 	"github.com/hashicorp/yamux"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
+
+	"github.com/tckclk/tckclk/node/cluster/identity"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -95,7 +97,7 @@ type node struct {
 func testConfig(t testing.TB, id string, trust *keyMap) Config {
 	return Config{
 		NodeID:           id,
-		Key:              keyFor(id),
+		Key:              keyFor(identity.TrustName(id)), // NAME~G speaks with NAME's key
 		GossipSecret:     testSecret,
 		Trust:            trust,
 		BindPort:         EphemeralPort,

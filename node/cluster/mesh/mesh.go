@@ -40,13 +40,15 @@ const (
 	refusalLogInterval = 10 * time.Second
 )
 
-// Trust resolves a NodeId to its trusted public key (identity.Store).
+// Trust resolves a trust-map name (NAME, identity.TrustName of a NodeId)
+// to its trusted public key (identity.Store).
 type Trust interface {
 	Lookup(id string) (ed25519.PublicKey, bool)
 }
 
-// Advertised resolves a NodeId to the public key it advertises in gossip
-// (the membership layer).
+// Advertised resolves a gossip name (NAME, identity.TrustName of a
+// NodeId) to the public key it advertises in gossip (the membership
+// layer).
 type Advertised interface {
 	AdvertisedKey(id string) (ed25519.PublicKey, bool)
 }
@@ -54,6 +56,9 @@ type Advertised interface {
 // Config configures a Mesh. NodeID, Key, GossipSecret and Trust are
 // required.
 type Config struct {
+	// NodeID is this node's full NodeId, NAME or NAME~G (SPEC §3.4): the
+	// id its hello carries and its peers' sessions are kept under. Key is
+	// NAME's, the key Trust holds for identity.TrustName(NodeID).
 	NodeID       string
 	Key          ed25519.PrivateKey
 	GossipSecret []byte // the memberlist key; the handshake's HMAC key is derived from it
@@ -132,7 +137,7 @@ type dialCall struct {
 
 // Listen validates cfg, binds the mesh port and starts accepting.
 func Listen(cfg Config) (*Mesh, error) {
-	if err := identity.ValidID(cfg.NodeID); err != nil {
+	if err := identity.ValidNodeID(cfg.NodeID); err != nil {
 		return nil, fmt.Errorf("mesh: Config.NodeID: %w", err)
 	}
 	if len(cfg.Key) != ed25519.PrivateKeySize {
@@ -351,7 +356,9 @@ func (m *Mesh) Peers() []Peer {
 }
 
 // Dial opens a stream of class c to the peer at addr. wantID "" accepts
-// any trusted peer; otherwise the authenticated id must equal wantID. An
+// any trusted peer; otherwise the authenticated NodeId must equal wantID,
+// generation included: a dial for NAME never reaches NAME~2 (which
+// speaks with the same key), nor the other way round. An
 // existing session to that peer (by id, or by its advertised address) is
 // reused; concurrent Dials to one address share one handshake.
 func (m *Mesh) Dial(ctx context.Context, addr, wantID string, c Class) (*Stream, error) {
@@ -359,7 +366,7 @@ func (m *Mesh) Dial(ctx context.Context, addr, wantID string, c Class) (*Stream,
 		return nil, fmt.Errorf("%w %d", ErrClass, byte(c))
 	}
 	if wantID != "" {
-		if err := identity.ValidID(wantID); err != nil {
+		if err := identity.ValidNodeID(wantID); err != nil {
 			return nil, fmt.Errorf("mesh: Dial: %w", err)
 		}
 	}

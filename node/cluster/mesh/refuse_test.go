@@ -162,6 +162,11 @@ func TestHandshakeRefusals(t *testing.T) {
 		{"key differs from gossip", ReasonAdvertisedMismatch, &rawDialer{id: "node-c", priv: keyFor("node-c")}, nil},
 		{"not in gossip", ReasonUnadvertised, &rawDialer{id: "node-d", priv: keyFor("node-d")}, nil},
 		{"own id", ReasonSelf, &rawDialer{id: "node-b", priv: keyFor("node-b")}, nil},
+		{"a generation of its own name", ReasonSelf, &rawDialer{id: "node-b~2", priv: keyFor("node-b")}, nil},
+		// The key is looked up by the name inside the NodeId the hello
+		// claims: node-a's key cannot speak for a generation of node-c.
+		{"another name's generation", ReasonKeyMismatch, &rawDialer{id: "node-c~2", priv: keyFor("node-a")}, nil},
+		{"untrusted name's generation", ReasonUntrusted, &rawDialer{id: "node-x~3", priv: keyFor("node-x")}, nil},
 		{"wrong gossip secret", ReasonMAC, &rawDialer{id: "node-a", priv: keyFor("node-a"), secret: []byte("another cluster's gossip secret!")}, nil},
 		{"claimed key, other signer", ReasonSignature, &rawDialer{id: "node-a", priv: keyFor("node-x"), pub: pubFor("node-a")}, nil},
 		{"tampered MAC", ReasonMAC, &rawDialer{id: "node-a", priv: keyFor("node-a"), proof: func(tr []byte) *Proof {

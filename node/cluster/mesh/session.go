@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
+
+	"github.com/tckclk/tckclk/node/cluster/identity"
 )
 
 // handshakeConn runs the frames of SPEC §5's handshake (after TLS, when
@@ -239,31 +241,35 @@ func (c *firstByteConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// checkPeer applies the identity rules to a peer's hello: not ourselves,
-// the wanted id, in the trust map with that key, advertising that key.
+// checkPeer applies the identity rules to a peer's hello: not ourselves
+// (no generation of our name), the wanted NodeId exactly, and the key of
+// its name (identity.TrustName: NAME~G speaks with NAME's key) in the
+// trust map and in gossip. A hello naming another node's NodeId fails the
+// key checks: the key is looked up by the name inside the claimed NodeId.
 func (m *Mesh) checkPeer(h Hello, wantID string) error {
-	if h.ID == m.cfg.NodeID {
-		return fail(ReasonSelf, "the peer claims this node's own id %q (a reflected handshake, or two nodes sharing a name)", h.ID)
+	name := identity.TrustName(h.ID)
+	if name == identity.TrustName(m.cfg.NodeID) {
+		return fail(ReasonSelf, "the peer claims %q, a generation of this node's own name %q (a reflected handshake, or two nodes sharing a name)", h.ID, m.cfg.NodeID)
 	}
 	if wantID != "" && h.ID != wantID {
 		return fail(ReasonWrongPeer, "dialed %q but the peer is %q", wantID, h.ID)
 	}
-	trusted, ok := m.cfg.Trust.Lookup(h.ID)
+	trusted, ok := m.cfg.Trust.Lookup(name)
 	if !ok {
-		return fail(ReasonUntrusted, "%q is not in cluster.internode.trusted_peer_keys", h.ID)
+		return fail(ReasonUntrusted, "%q (of %q) is not in cluster.internode.trusted_peer_keys", name, h.ID)
 	}
 	if !bytes.Equal(trusted, h.Key[:]) {
-		return fail(ReasonKeyMismatch, "%q presents a public key other than its entry in cluster.internode.trusted_peer_keys", h.ID)
+		return fail(ReasonKeyMismatch, "%q presents a public key other than the entry of %q in cluster.internode.trusted_peer_keys", h.ID, name)
 	}
 	if m.cfg.Advertised == nil {
 		return nil
 	}
-	adv, ok := m.cfg.Advertised.AdvertisedKey(h.ID)
+	adv, ok := m.cfg.Advertised.AdvertisedKey(name)
 	if !ok {
 		return fail(ReasonUnadvertised, "%q advertises no identity key in gossip (not a live member)", h.ID)
 	}
 	if !bytes.Equal(adv, h.Key[:]) {
-		return fail(ReasonAdvertisedMismatch, "%q presents a public key other than the one it advertises in gossip", h.ID)
+		return fail(ReasonAdvertisedMismatch, "%q presents a public key other than the one %q advertises in gossip", h.ID, name)
 	}
 	return nil
 }
