@@ -20,7 +20,14 @@
 //     slot while raft.dead_voter_grace runs (the Runner times it:
 //     Member.DeadPastGrace), unless a caught-up replacement takes it —
 //     promoted first, then the gone voter removed; past the grace it is
-//     removed, a minority of the current voters per plan at most.
+//     removed, a minority of the current voters per plan at most;
+//   - a configuration server superseded by a later generation of its name
+//     alive in gossip (NAME~G', SPEC §3.4), or gone while another live
+//     member advertises its address, keeps no slot; the removal of a
+//     server holding the address of a node to be added comes before that
+//     addition (hashicorp/raft refuses a duplicate address), and an
+//     addition whose address stays held is withheld; the Runner skips an
+//     addition that fails and goes on with the plan.
 //
 // Hazards: Plan trusts its input. A configuration server missing from
 // Input.Members counts as dead, so list every configuration server with its

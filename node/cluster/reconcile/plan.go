@@ -3,6 +3,8 @@ package reconcile
 import (
 	"fmt"
 	"sort"
+
+	"github.com/tckclk/tckclk/node/cluster/identity"
 )
 
 // Default bounds of the Raft core (SPEC §5 "Bounded core").
@@ -158,11 +160,16 @@ func (c Change) String() string { return c.Kind.String() + " " + c.ID + " (" + c
 type node struct {
 	Member
 	inConfig bool
+	cfgAddr  string // the address the configuration holds for it
 	suffrage Suffrage
 	up       bool // alive in gossip, or (in the configuration) in Raft contact, or the leader
 	fit      bool // may hold a voter or standby slot
 	ready    bool // may be a voter now: a voter already, or a caught-up non-voter
 	held     bool // a gone voter within raft.dead_voter_grace: keeps its slot until a replacement takes it
+	// superseded: a later generation of its name (NAME~G', SPEC §3.4) is
+	// alive in gossip; displaced: gone, and another member alive in gossip
+	// advertises its configuration address. Neither keeps a slot.
+	superseded, displaced bool
 }
 
 // Gone reports whether a voter is gone in the sense of SPEC §5: gossip says
@@ -301,21 +308,46 @@ func collect(in Input) map[string]*node {
 		if n.inConfig {
 			continue
 		}
-		n.inConfig, n.suffrage = true, s.Suffrage
+		n.inConfig, n.suffrage, n.cfgAddr = true, s.Suffrage, s.Address
 		if s.Address != "" {
 			n.Address = s.Address
 		}
 	}
+	newest, claimed := gossipClaims(in.Members)
 	for _, n := range nodes {
+		if name, gen, ok := identity.SplitGeneration(n.ID); ok && n.inConfig && newest[name] > gen {
+			n.superseded = true
+		}
 		n.up = n.Alive || (n.inConfig && n.RaftContact) || n.ID == in.Leader
-		n.fit = n.up && n.Eligible && !n.Retired && n.ClockHealthy && (n.inConfig || n.Address != "")
+		n.displaced = n.inConfig && !n.up && claimed[n.cfgAddr] != "" && claimed[n.cfgAddr] != n.ID
+		n.fit = n.up && n.Eligible && !n.Retired && !n.superseded && n.ClockHealthy && (n.inConfig || n.Address != "")
 		n.ready = n.inConfig && (n.suffrage == Voter || (n.suffrage == Nonvoter && n.CaughtUp))
 		if n.ID == in.Leader {
 			n.fit, n.ready = true, true // the leader is never demoted or removed by a plan
 		}
-		n.held = !n.fit && n.inConfig && n.suffrage == Voter && Gone(n.Member) && !n.DeadPastGrace
+		n.held = !n.fit && n.inConfig && n.suffrage == Voter && Gone(n.Member) && !n.DeadPastGrace &&
+			!n.superseded && !n.displaced
 	}
 	return nodes
+}
+
+// gossipClaims reads what the members alive in gossip (their signed
+// metadata) say about the configuration's servers: the newest generation
+// of each name, and which member advertises each address.
+func gossipClaims(members []Member) (newest map[string]int, claimed map[string]string) {
+	newest, claimed = map[string]int{}, map[string]string{}
+	for _, m := range members {
+		if !m.Alive || m.ID == "" {
+			continue
+		}
+		if name, gen, ok := identity.SplitGeneration(m.ID); ok {
+			newest[name] = max(newest[name], gen)
+		}
+		if m.Address != "" && (claimed[m.Address] == "" || m.ID < claimed[m.Address]) {
+			claimed[m.Address] = m.ID
+		}
+	}
+	return newest, claimed
 }
 
 // sorted returns the nodes in rank order: priority, then NodeId.
@@ -431,10 +463,62 @@ func order(nodes map[string]*node, fit []*node, voters, standbys map[string]bool
 			nVoters, nLive = nVoters-1, nLive-1
 		}
 	}
-	return out
+	return clearAddresses(nodes, out)
+}
+
+// clearAddresses orders a plan for hashicorp/raft, which refuses to add a
+// server at an address another server of the configuration holds: the
+// removal of such a holder comes before the additions, when it is a step
+// of this plan and the holder is not up (a dead voter or any non-voter
+// leaving earlier keeps the live voters' majority); an addition whose
+// address stays held is withheld for a later plan, so it never blocks the
+// steps after it.
+func clearAddresses(nodes map[string]*node, out []Change) []Change {
+	holder := map[string]*node{}
+	for _, n := range sorted(nodes) {
+		if n.inConfig && n.cfgAddr != "" && holder[n.cfgAddr] == nil {
+			holder[n.cfgAddr] = n
+		}
+	}
+	removal := map[string]Change{}
+	for _, c := range out {
+		if c.Kind == Remove {
+			removal[c.ID] = c
+		}
+	}
+	blocked := func(c Change) (h *node, ok bool) {
+		h = holder[c.Address]
+		return h, c.Kind == AddNonvoter && h != nil && h.ID != c.ID
+	}
+	var first []Change
+	early := map[string]bool{}
+	for _, c := range out {
+		if h, ok := blocked(c); ok && !early[h.ID] && !h.up {
+			if r, planned := removal[h.ID]; planned {
+				first, early[h.ID] = append(first, r), true
+			}
+		}
+	}
+	rest := make([]Change, 0, len(out))
+	for _, c := range out {
+		if h, ok := blocked(c); ok && !early[h.ID] {
+			continue // withheld: its address is still held
+		}
+		if c.Kind == Remove && early[c.ID] {
+			continue // moved to the front
+		}
+		rest = append(rest, c)
+	}
+	return append(first, rest...)
 }
 
 func whyRemoveGone(n *node) string {
+	switch {
+	case n.superseded:
+		return "superseded by a later generation of its name, silent in Raft"
+	case n.displaced:
+		return "silent in Raft; another member advertises its address"
+	}
 	if n.held {
 		return "voter gossip-dead and silent in Raft; a replacement took its slot"
 	}
@@ -443,6 +527,8 @@ func whyRemoveGone(n *node) string {
 
 func whyRemove(n *node) string {
 	switch {
+	case n.superseded:
+		return "superseded by a later generation of its name"
 	case n.held:
 		return "retired; a replacement took its slot"
 	case n.Retired:

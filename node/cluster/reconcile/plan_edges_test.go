@@ -231,9 +231,12 @@ func TestGoneVoterSlotFilledByReplacement(t *testing.T) {
 	}
 }
 
-// SPEC §3.4 and §5: a retired generation (NAME, its clock FAILED) keeps its
-// slot until the next generation (NAME~2) has joined, caught up and been
-// promoted; then it is removed.
+// SPEC §3.4 and §5: a retired generation (NAME, its clock FAILED, silent)
+// whose next generation (NAME~2) is alive in gossip never comes back — a
+// NodeId is never reused — so it keeps no slot within
+// raft.dead_voter_grace: it is removed at once, while NAME~2 joins; NAME~2
+// is promoted once caught up. A retired NAME without a next generation in
+// gossip keeps its slot (TestGoneVoterKeepsSlotWithinGrace).
 func TestRetiredGenerationRemovedOnceReplaced(t *testing.T) {
 	next := Member{ID: "n03~2", Address: "addr-n03~2", Eligible: true, FailureDomain: "a", Alive: true, RaftContact: true, ClockHealthy: true}
 	w := graceWorld(next)
@@ -241,19 +244,87 @@ func TestRetiredGenerationRemovedOnceReplaced(t *testing.T) {
 	m.Retired = true
 	w.members["n03"] = m
 	got := Plan(w.input())
-	if want := []Change{{Kind: AddNonvoter, ID: "n03~2", Address: "addr-n03~2"}}; !sameChanges(got, want) {
+	want := []Change{{Kind: AddNonvoter, ID: "n03~2", Address: "addr-n03~2"}, {Kind: Remove, ID: "n03"}}
+	if !sameChanges(got, want) {
 		t.Fatalf("plan %v, want %v", got, want)
 	}
 	if err := w.applyAll(got); err != nil {
 		t.Fatal(err)
 	}
-	if p := Plan(w.input()); len(p) != 0 {
-		t.Fatalf("plan %v: n03~2 is catching up, n03 keeps its slot", p)
-	}
 	w.catchUp()
 	got = Plan(w.input())
-	want := []Change{{Kind: Promote, ID: "n03~2", Address: "addr-n03~2"}, {Kind: Remove, ID: "n03"}}
+	if want := []Change{{Kind: Promote, ID: "n03~2", Address: "addr-n03~2"}}; !sameChanges(got, want) {
+		t.Fatalf("plan %v, want %v", got, want)
+	}
+}
+
+// SPEC §3.4, §5 Reconciler: n03's clock FAILED; it came back as n03~2 at
+// the same address (fixed mesh ports) and gossip shows n03~2 alive under
+// n03's name, n03 nowhere. n03 is superseded: it keeps no slot, however
+// short the time since it went, and its removal comes before n03~2's
+// addition, which hashicorp/raft would refuse while n03 holds the address
+// ("found duplicate address in configuration"). Then n03~2 is promoted
+// into the slot.
+func TestSupersededGenerationAtSameAddress(t *testing.T) {
+	w := newWorld("n01", DefaultLimits(), healthy(3, "a", "b", "c")...)
+	for _, id := range []string{"n01", "n02", "n03"} {
+		w.config[id] = Voter
+	}
+	delete(w.members, "n03")
+	next := healthy(3, "a", "b", "c")[2]
+	next.ID, next.Address, next.RaftContact, next.CaughtUp = "n03~2", "addr-n03", false, false
+	w.members[next.ID] = next
+	got := Plan(w.input())
+	want := []Change{{Kind: Remove, ID: "n03"}, {Kind: AddNonvoter, ID: "n03~2", Address: "addr-n03"}}
 	if !sameChanges(got, want) {
 		t.Fatalf("plan %v, want %v", got, want)
+	}
+	if _, err := w.converge(5); err != nil {
+		t.Fatal(err)
+	}
+	if w.config["n03~2"] != Voter || len(w.config) != 3 {
+		t.Fatalf("configuration %v, want n01, n02, n03~2 voters", w.config)
+	}
+}
+
+// SPEC §5 Reconciler: a node to be added at an address a configuration
+// server still holds. The holder gone (dead, silent in Raft, another
+// member advertising its address): its removal comes first, at once. The
+// holder up (it answers in Raft): the addition is withheld — never
+// planned first to fail for ever — and the rest of the plan goes on.
+func TestAddAtHeldAddress(t *testing.T) {
+	w := newWorld("n01", DefaultLimits(), healthy(4, "a", "b", "c", "d")...)
+	for _, id := range []string{"n01", "n02", "n03"} {
+		w.config[id] = Voter
+	}
+	w.config["n04"] = Nonvoter
+	gone := w.members["n04"]
+	gone.Alive, gone.RaftContact = false, false
+	w.members["n04"] = gone
+	n09 := healthy(1, "d")[0]
+	n09.ID, n09.Address, n09.RaftContact, n09.CaughtUp = "n09", "addr-n04", false, false
+	w.members["n09"] = n09
+	got := Plan(w.input())
+	want := []Change{{Kind: Remove, ID: "n04"}, {Kind: AddNonvoter, ID: "n09", Address: "addr-n04"}}
+	if !sameChanges(got, want) {
+		t.Fatalf("holder gone: plan %v, want %v", got, want)
+	}
+
+	// The holder still answers in Raft: n09's addition waits, n05's goes on.
+	gone.RaftContact = true
+	w.members["n04"] = gone
+	n05 := healthy(5, "e")[4]
+	w.members["n05"] = n05
+	got = Plan(w.input())
+	for _, c := range got {
+		if c.ID == "n09" || c.Kind == Remove {
+			t.Fatalf("holder up: plan %v adds n09 or removes a server", got)
+		}
+	}
+	if len(got) == 0 || got[0].Kind != AddNonvoter || got[0].ID != "n05" {
+		t.Fatalf("holder up: plan %v, want n05 added first", got)
+	}
+	if err := w.applyAll(got); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -267,8 +267,12 @@ func (r *Runner) Run(ctx context.Context) error {
 
 // pass plans and applies changes one at a time until the plan is empty, an
 // operation fails, or this node is not the leader; it returns when the next
-// pass is due.
+// pass is due. An AddNonvoter that fails is skipped for the rest of the
+// pass and the plan's next change applied: an addition changes no vote, so
+// the steps after it stay quorum-safe, and one node Raft will not take
+// (a duplicate address, say) never holds the others up.
 func (r *Runner) pass(ctx context.Context) time.Duration {
+	failedAdds := map[string]bool{}
 	for step := 0; step < maxStepsPerPass; step++ {
 		if ctx.Err() != nil {
 			return r.cfg.Interval
@@ -291,8 +295,11 @@ func (r *Runner) pass(ctx context.Context) time.Duration {
 		members, due = r.judgeGrace(servers, members)
 		next = min(next, due)
 		plan := Plan(Input{Leader: r.cfg.LocalID, Members: members, Config: servers, Limits: r.cfg.Limits})
+		for len(plan) > 0 && plan[0].Kind == AddNonvoter && failedAdds[plan[0].ID] {
+			plan = plan[1:]
+		}
 		if len(plan) == 0 {
-			return next
+			return min(next, r.retryIn(failedAdds))
 		}
 		c := plan[0]
 		wasVoter := false
@@ -302,6 +309,11 @@ func (r *Runner) pass(ctx context.Context) time.Duration {
 			}
 		}
 		if err := r.apply(c); err != nil {
+			if c.Kind == AddNonvoter && ctx.Err() == nil {
+				failedAdds[c.ID] = true
+				r.log.Warn("raft configuration change failed; going on with the rest of the plan, retrying it at the next pass", "change", c.Kind.String(), "id", c.ID, "why", c.Why, "err", err)
+				continue
+			}
 			r.log.Warn("raft configuration change failed; re-planning at the next pass", "change", c.Kind.String(), "id", c.ID, "why", c.Why, "err", err)
 			return min(next, r.cfg.Debounce)
 		}
@@ -311,6 +323,14 @@ func (r *Runner) pass(ctx context.Context) time.Duration {
 		}
 	}
 	r.log.Warn("reconcile pass stopped without converging", "steps", maxStepsPerPass)
+	return r.cfg.Interval
+}
+
+// retryIn is when a pass that skipped failed additions runs again.
+func (r *Runner) retryIn(failedAdds map[string]bool) time.Duration {
+	if len(failedAdds) > 0 {
+		return r.cfg.Debounce
+	}
 	return r.cfg.Interval
 }
 

@@ -233,8 +233,9 @@ func TestRunnerNotLeader(t *testing.T) {
 	}
 }
 
-// A failed change ends the pass; the next pass, one debounce later, plans
-// again and applies it.
+// A failed addition is skipped for the rest of the pass and the plan goes
+// on (one node Raft will not take never holds the others up); the next
+// pass, one debounce later, retries it.
 func TestRunnerRetriesAfterError(t *testing.T) {
 	w := tenNodeWorld(t)
 	fake := newFakeRaft(w)
@@ -242,12 +243,38 @@ func TestRunnerRetriesAfterError(t *testing.T) {
 	fake.set("n02", func(m *Member) { m.Alive, m.RaftContact = false, false })
 	h := startRunner(t, fake, nil)
 	h.passAfter(DefaultDebounce)
+	changes, _, _ := fake.snapshot()
+	if len(changes) != 2 {
+		t.Fatalf("changes %v after the failed addition, want the plan's other 2", changes)
+	}
+	for _, c := range changes {
+		if c.Kind == AddNonvoter {
+			t.Fatalf("changes %v: the failed addition was applied in the same pass", changes)
+		}
+	}
+	h.passAfter(DefaultDebounce)
+	if changes, _, _ := fake.snapshot(); len(changes) != 3 || changes[2].Kind != AddNonvoter {
+		t.Fatalf("retry applied %v, want the addition third", changes)
+	}
+	h.noViolations()
+}
+
+// Any other failed change ends the pass (the steps after it were ordered
+// for a configuration it did not reach); the next pass applies it.
+func TestRunnerFailedRemovalEndsPass(t *testing.T) {
+	w := newWorld("n01", DefaultLimits(), healthy(3, "a", "b", "c")...)
+	w.config["n01"], w.config["n02"], w.config["n03"] = Voter, Voter, Voter
+	fake := newFakeRaft(w)
+	fake.failNext = errInjected
+	fake.set("n03", func(m *Member) { m.ClockHealthy = false })
+	h := startRunner(t, fake, nil)
+	h.passAfter(DefaultDebounce)
 	if changes, _, _ := fake.snapshot(); len(changes) != 0 {
 		t.Fatalf("changes %v despite the failure", changes)
 	}
 	h.passAfter(DefaultDebounce)
-	if changes, _, _ := fake.snapshot(); len(changes) != 3 {
-		t.Fatalf("retry applied %v, want 3 changes", changes)
+	if changes, _, _ := fake.snapshot(); !sameChanges(changes, []Change{{Kind: Remove, ID: "n03"}}) {
+		t.Fatalf("retry applied %v, want n03 removed", changes)
 	}
 	h.noViolations()
 }

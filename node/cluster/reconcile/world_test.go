@@ -3,6 +3,8 @@ package reconcile
 import (
 	"fmt"
 	"sort"
+
+	"github.com/tckclk/tckclk/node/cluster/identity"
 )
 
 // world is a test model of a cluster: the gossip view and the Raft
@@ -57,7 +59,37 @@ func (w *world) up(id string) bool {
 
 func (w *world) fit(id string) bool {
 	m, ok := w.members[id]
-	return ok && m.Eligible && !m.Retired && m.ClockHealthy && (m.Alive || (m.RaftContact && w.config[id] != 0))
+	return ok && m.Eligible && !m.Retired && m.ClockHealthy && (m.Alive || (m.RaftContact && w.config[id] != 0)) &&
+		(id == w.leader || !w.superseded(id))
+}
+
+// superseded: a configuration server a later generation of whose name
+// (NAME~G', SPEC §3.4) is alive in gossip.
+func (w *world) superseded(id string) bool {
+	name, gen, ok := identity.SplitGeneration(id)
+	if _, in := w.config[id]; !ok || !in {
+		return false
+	}
+	for _, m := range w.members {
+		if n, g, ok := identity.SplitGeneration(m.ID); ok && m.Alive && n == name && g > gen {
+			return true
+		}
+	}
+	return false
+}
+
+// displaced: a configuration server that is not up while another member
+// alive in gossip advertises its address.
+func (w *world) displaced(id string) bool {
+	if _, in := w.config[id]; !in || w.up(id) {
+		return false
+	}
+	for _, m := range w.members {
+		if m.ID != id && m.Alive && m.Address == "addr-"+id {
+			return true
+		}
+	}
+	return false
 }
 
 // held: a voter of the configuration, not the leader and not fit, gone
@@ -66,7 +98,7 @@ func (w *world) fit(id string) bool {
 func (w *world) held(id string) bool {
 	m, listed := w.members[id]
 	past := m.DeadPastGrace || !listed && w.ghostPastGrace
-	return id != w.leader && w.config[id] == Voter && !w.fit(id) && Gone(m) && !past
+	return id != w.leader && w.config[id] == Voter && !w.fit(id) && Gone(m) && !past && !w.superseded(id) && !w.displaced(id)
 }
 
 // slots counts the fit nodes a plan can give a role (the leader, and fit
@@ -114,6 +146,11 @@ func (w *world) apply(c Change) error {
 		}
 		if !w.fit(c.ID) || c.Address == "" {
 			return fmt.Errorf("%v: adds an unfit node %+v", c, m)
+		}
+		for id := range w.config {
+			if "addr-"+id == c.Address { // what hashicorp/raft refuses
+				return fmt.Errorf("%v: found duplicate address in configuration: %s holds %s", c, id, c.Address)
+			}
 		}
 		w.config[c.ID] = Nonvoter
 	case Promote:
