@@ -125,7 +125,9 @@ func (tc *testCluster) startWith(name, join string, expect int, edit func(*Confi
 	cm.an.deps.Logger = slog.New(slog.NewTextHandler(lw, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", name)
 	cm.an.hooks.cluster = &clusterHooks{
 		mesh: func(c *mesh.Config) {
-			c.BindPort = mesh.EphemeralPort
+			if c.BindPort == 0 { // cluster.internode.bind_port unset: not the 7950–7959 range
+				c.BindPort = mesh.EphemeralPort
+			}
 			if fn := tc.meshNet; fn != nil {
 				c.Dial = fn.Dialer(name, nil)
 				c.WrapListener = func(ln net.Listener) net.Listener { return fn.Listener(name, ln) }
