@@ -8,12 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tckclk/tckclk/internal/clustertest/faultnet"
 	"github.com/tckclk/tckclk/node/clockhealth"
 )
 
-// SPEC §3.4, §5: a voter's clock FAILs, it exits, and its supervisor
-// restarts it on the same mesh address (deploy/demo.sh, compose and k8s
-// use fixed mesh ports) as NAME~2, which speaks with NAME's key. The
+// SPEC §3.4, §5: a voter, cut off from the mesh (as deploy/demo.sh's
+// stopped node-3: silent in Raft, so the leader keeps its slot within
+// raft.dead_voter_grace), FAILs, exits, and its supervisor restarts it on
+// the same mesh address (the demo, compose and k8s use fixed mesh ports)
+// as NAME~2, which speaks with NAME's key. The
 // leader's Raft RPCs for NAME must never be answered by NAME~2 (an empty
 // data dir that would count in quorums with NAME's vote and log): from
 // the exit on, no AppendEntries for NAME succeeds. The reconciler removes
@@ -21,7 +24,8 @@ import (
 // hashicorp/raft refuses a duplicate address, so the removal comes first —
 // and promotes it: three voters, failure tolerance 1 again.
 func TestClusterNextGenerationAtSameMeshAddress(t *testing.T) {
-	tc, leader := formThree(t)
+	var meshNet, gossipNet *faultnet.Net
+	tc, leader := formThree(t, faulty(&meshNet, &gossipNet))
 	victim := tc.others(leader)[0]
 	name := victim.n.cfg.Cluster.Name
 	lc := tc.others(name)[0] // a node that stays (gossip seed)
@@ -38,12 +42,25 @@ func TestClusterNextGenerationAtSameMeshAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	meshNet.Isolate(name)
+	waitFor(t, "the leader loses Raft contact with "+name, 10*time.Second, func() bool {
+		return !tc.nodes[leader].n.cl.tr.inContact(name)
+	})
 	lie(t, victim)
 	var clockErr *clockhealth.Error
 	if err := waitExit(t, victim.tn, 15*time.Second); !errors.As(err, &clockErr) {
 		t.Fatalf("%s returned %v, want its clock error (exit status 1)", name, err)
 	}
-	gone := time.Now() // Raft of the old NodeId is shut down: nothing answers for it from now on
+	if !slices.Contains(configIDs(tc.nodes[leader]), name) {
+		t.Fatalf("%s left the configuration %v before its next generation came: the case under test did not arise", name, configIDs(tc.nodes[leader]))
+	}
+	// What the cut held back dies with the process, as its kernel's
+	// resets would have it; from now on nothing answers for name.
+	for _, cm := range tc.others(name) {
+		meshNet.Reset(name, cm.n.cfg.Cluster.Name)
+	}
+	gone := time.Now()
+	meshNet.HealAll()
 	raftCfg := victim.an.cfg.Cluster.Raft
 	others := tc.others(name)
 
