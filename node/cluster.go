@@ -84,9 +84,11 @@ type clusterNode struct {
 // (the mesh's address is in the metadata membership starts with), and
 // Raft's ServerAddressProvider, bound to Raft once it opens.
 type advertised struct {
-	mu   sync.Mutex
-	mem  *membership.Membership
-	raft *raft.Raft // its configuration: the address of a server gossip does not show
+	mu       sync.Mutex
+	mem      *membership.Membership
+	raft     *raft.Raft // its configuration: the address of a server gossip does not show
+	self     raft.ServerID
+	selfAddr raft.ServerAddress // this node's bare mesh address
 }
 
 func (a *advertised) AdvertisedKey(id string) (ed25519.PublicKey, bool) {
@@ -116,11 +118,17 @@ var errNoMeshAddr = errors.New("no mesh address in gossip or in the Raft configu
 // old port and the voter, cut off, campaigned alone (seen in the failover
 // trials of bench/tckbench). A server gossip does not show is dialed at
 // its configuration's address, still named: never a bare address, which
-// hashicorp/raft would dial if this failed.
+// hashicorp/raft would dial if this failed. This node's own ID, which Raft
+// never dials, gets its bare address: NetworkTransport.EncodePeer asks for
+// it to fill every RPC header's Addr, which followers keep as the leader's
+// address (forwarding dials it).
 func (a *advertised) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
 	a.mu.Lock()
-	m, r := a.mem, a.raft
+	m, r, self, selfAddr := a.mem, a.raft, a.self, a.selfAddr
 	a.mu.Unlock()
+	if id == self && selfAddr != "" {
+		return selfAddr, nil
+	}
 	if m != nil {
 		// Any state but left: a member gossip calls dead may be alive (the
 		// claim is unsigned, a gossip-key holder can forge it) and its
@@ -212,6 +220,9 @@ func (cl *clusterNode) listenMesh(h *clusterHooks) error {
 	if cl.mesh, err = mesh.Listen(mc); err != nil {
 		return fmt.Errorf("node: mesh: %w", err)
 	}
+	cl.adv.mu.Lock()
+	cl.adv.self, cl.adv.selfAddr = raft.ServerID(cfg.Cluster.Name), raft.ServerAddress(cl.mesh.Addr())
+	cl.adv.mu.Unlock()
 	// MaxRPCsInFlight 1: no pipelined replication. hashicorp/raft's
 	// pipeline (v1.7.3) can deadlock when a follower answers an
 	// AppendEntries with Success=false while entries are in flight: the

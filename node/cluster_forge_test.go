@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/internal/clustertest/gossipforge"
 	"github.com/tckclk/tckclk/node/cluster/membership"
+	"github.com/tckclk/tckclk/node/cluster/mesh"
 )
 
 // SPEC §5 "Identity", §3.4: a holder of the gossip key alone cannot retire
@@ -114,8 +115,8 @@ func TestForgedDeadKeepsMeshKey(t *testing.T) {
 	if k, ok := lc.n.cl.adv.AdvertisedKey(vid); !ok || !k.Equal(victim.n.cl.key.Public()) {
 		t.Fatalf("the mesh lost %s's key with a forged dead: %x %v", vid, k, ok)
 	}
-	if addr, err := lc.n.cl.adv.ServerAddr(raft.ServerID(vid)); err != nil || string(addr) != own.MeshAddr {
-		t.Fatalf("Raft's address of %s after a forged dead: %q %v, want %s", vid, addr, err, own.MeshAddr)
+	if addr, err := lc.n.cl.adv.ServerAddr(raft.ServerID(vid)); err != nil || addr != mesh.RaftAddress(raft.ServerID(vid), own.MeshAddr) {
+		t.Fatalf("Raft's address of %s after a forged dead: %q %v, want %s at %s", vid, addr, err, vid, own.MeshAddr)
 	}
 	waitFor(t, leader+" hears "+vid+" in Raft", 10*time.Second, func() bool { return lc.n.cl.tr.inContact(vid) })
 	for _, rm := range lc.n.cl.withRetired(lc.n.cl.reconcileMembers(lc.n.raft())) {
