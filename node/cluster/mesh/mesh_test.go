@@ -315,7 +315,8 @@ func TestSessionEndedPeerGone(t *testing.T) {
 		ca, cb := testConfig(t, "node-a", trust), testConfig(t, "node-b", trust)
 		ca.SessionEnded, cb.SessionEnded = ea.hook, eb.hook
 		a, b := start(t, ca), start(t, cb)
-		echo(t, dial(t, a, b, "node-b", ClassRaft), accept(t, b.Listener(ClassRaft)))
+		lb := b.Listener(ClassRaft) // before the dial: a stream of a class nobody listens to is closed
+		echo(t, dial(t, a, b, "node-b", ClassRaft), accept(t, lb))
 		b.Close()
 		eventually(t, "a sees node-b gone", func() bool { return slices.Equal(ea.list(), []string{"node-b gone=true"}) })
 		eventually(t, "b reports its own close", func() bool { return slices.Equal(eb.list(), []string{"node-a gone=false"}) })
@@ -334,7 +335,8 @@ func TestSessionEndedPeerGone(t *testing.T) {
 			return c, err
 		}
 		a, b := start(t, ca), start(t, cb)
-		echo(t, dial(t, a, b, "node-b", ClassRaft), accept(t, b.Listener(ClassRaft)))
+		lb := b.Listener(ClassRaft) // before the dial: a stream of a class nobody listens to is closed
+		echo(t, dial(t, a, b, "node-b", ClassRaft), accept(t, lb))
 		c := <-raw
 		if err := c.SetLinger(0); err != nil { // Close sends a reset
 			t.Fatal(err)
