@@ -5,9 +5,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tckclk/tckclk/internal/clustertest"
+	"github.com/tckclk/tckclk/node/api/wire"
 )
 
 // waitRun waits (up to d) for a run of s after the first skip runs to have
@@ -37,7 +41,11 @@ func (s *supervised) waitRun(skip int, d time.Duration) (*procRun, error) {
 //     whole burst): FAILED (rtt); the process exits 1 by itself, its
 //     supervisor starts it again once the proxy is fair, and it comes back
 //     as node-2~2 — its retired dir kept aside — a voter of a healthy
-//     cluster of three.
+//     cluster of three, at node-2's mesh address: every node has a fixed
+//     mesh port, as in deploy/demo.sh, compose and k8s, so node-2's
+//     address in the Raft configuration is node-2~2's (node-2 removed
+//     first: Raft refuses a duplicate address), and Raft RPCs for node-2
+//     are never answered by node-2~2.
 //   - then the proxy flips a MAC character (a lying agent): FAILED (mac),
 //     exit 1, and the restart refuses with exit 2 naming the reason and
 //     the next step, leaving its data dir where it is.
@@ -46,14 +54,19 @@ func TestSupervisedFailedNodeComesBackAsNextGeneration(t *testing.T) {
 		t.Skip("this ticketd has no cluster.auto_replace (SPEC §3.4)")
 	}
 	proxies := map[string]*agentProxy{}
+	meshPorts := clustertest.Ports(t, len(clusterNames))
 	sc := startSuperClusterWith(t, nil, func(name, agent string) []string {
 		p := startAgentProxy(t, agent, 200*time.Millisecond)
 		proxies[name] = p
-		return []string{"--clock.agent_addr", p.addr()}
+		return []string{"--clock.agent_addr", p.addr(), "--cluster.internode.bind_port", strconv.Itoa(meshPorts[slices.Index(clusterNames, name)])}
 	})
 	const victim = "node-2"
 	s := sc.nodes[victim]
 	runs := len(s.history())
+	meshAddr := memberAddress(sc.members(), victim)
+	if want := "127.0.0.1:" + strconv.Itoa(meshPorts[slices.Index(clusterNames, victim)]); meshAddr != want {
+		t.Fatalf("%s's Raft address %q, want its fixed mesh address %s", victim, meshAddr, want)
+	}
 
 	// A slow exchange on every try of a burst: FAILED (rtt), exit 1.
 	proxies[victim].every.Store(1)
@@ -92,6 +105,9 @@ func TestSupervisedFailedNodeComesBackAsNextGeneration(t *testing.T) {
 	if !listed {
 		t.Fatalf("/v1/cluster/members does not list %s~2 as generation 2 of %s, a voter: %+v", victim, victim, ms)
 	}
+	if got := memberAddress(ms, victim+"~2"); got != meshAddr {
+		t.Fatalf("%s~2's Raft address %q, want %s's %s (the same fixed mesh port)", victim, got, victim, meshAddr)
+	}
 
 	// A lying agent: FAILED (mac), exit 1, and the restart refuses (2).
 	runs = len(s.history())
@@ -121,4 +137,14 @@ func TestSupervisedFailedNodeComesBackAsNextGeneration(t *testing.T) {
 		t.Fatalf("the refused restart lost the retired marker: %v", err)
 	}
 	t.Logf("%s: exit statuses %v", victim, s.exitCodes())
+}
+
+// memberAddress is the Raft (mesh) address of the member id in ms, or "".
+func memberAddress(ms []wire.Member, id string) string {
+	for _, m := range ms {
+		if m.ID == id {
+			return m.Address
+		}
+	}
+	return ""
 }
