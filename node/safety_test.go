@@ -698,6 +698,16 @@ func TestSafetySnapshotInstallAndReplacement(t *testing.T) {
 			r.faultFailed("snapshot: %v", err)
 			return
 		}
+		// The other voters too: leadership may move before n4 joins (a
+		// loaded machine), and a leader whose log was never compacted
+		// would replay it to n4 instead of sending a snapshot.
+		for _, name := range r.tc.names {
+			if cm := r.member(name); cm != nil && name != r.leaderName() {
+				if err := cm.n.raft().Snapshot().Error(); err != nil {
+					r.t.Logf("snapshot on %s: %v", name, err)
+				}
+			}
+		}
 		r.h.Fault("snapshot")
 		n4 := r.join("n4")
 		r.h.Fault("join")
