@@ -61,7 +61,7 @@ func TestDemoScript(t *testing.T) {
 		t.Fatalf("demo.sh: %v\n%s", err, out)
 	}
 	text := string(out)
-	voter := regexp.MustCompile(`(?m)^node-[123]\s+127\.0\.0\.1:\d+\s+voter\s+(\*\s+)?alive\s+\S+\s+healthy\s+\d+ / 6000 ms$`)
+	voter := regexp.MustCompile(`(?m)^node-[123]\s+1\s+127\.0\.0\.1:\d+\s+voter\s+(\*\s+)?alive\s+\S+\s+healthy\s+\d+ / 6000 ms$`)
 	if n := len(voter.FindAllString(text, -1)); n != 3 {
 		t.Errorf("ticketctl cluster shows %d healthy voters, want 3:\n%s", n, text)
 	}
