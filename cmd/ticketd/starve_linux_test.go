@@ -51,12 +51,17 @@ func starveRounds(t *testing.T) int {
 }
 
 // starveDeltaMs is the nodes' Δ in TestStarvedClusterComesBack:
-// TCKCLK_STARVE_DELTA_MS, default 500 (ticketd's default; its clock
-// limits follow from it, SPEC §3.3).
+// TCKCLK_STARVE_DELTA_MS, default 1200. The quota stalls an exchange for
+// up to ~240 ms, and SPEC §3.1's own bound counts an exchange's rtt twice
+// against Δ/2: at ticketd's default Δ of 500 no sample taken across a
+// stall can be proven, so all three voters FAIL (rtt) within a second of
+// each other and no quorum is left for their next generations (measured,
+// docs/testing.md). At 1200 the bound tolerates the stalls, which is what
+// an operator who runs nodes under such CPU limits must configure.
 func starveDeltaMs(t *testing.T) uint64 {
 	s := os.Getenv("TCKCLK_STARVE_DELTA_MS")
 	if s == "" {
-		return 500
+		return 1200
 	}
 	n, err := strconv.ParseUint(s, 10, 64)
 	if err != nil || n < 2 || n > 60000 {
