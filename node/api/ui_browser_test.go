@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,6 +97,7 @@ func TestStatusPageShowsRevokedInChromium(t *testing.T) {
 type clusterBackend struct {
 	fakeBackend
 	status    wire.Status
+	mu        sync.Mutex // health and healthErr: the test changes them while the page may still poll
 	health    wire.ClusterHealth
 	healthErr error
 	members   []wire.Member
@@ -107,6 +109,8 @@ func (b *clusterBackend) Members(context.Context) (wire.Members, error) {
 	return wire.Members{Members: b.members, RetiredNodeIDs: b.retired}, nil
 }
 func (b *clusterBackend) ClusterHealth(context.Context) (wire.ClusterHealth, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	return b.health, b.healthErr
 }
 
@@ -199,14 +203,18 @@ func TestStatusPageMemberStatesInChromium(t *testing.T) {
 	}
 
 	// No leader: red, with the runbook.
+	b.mu.Lock()
 	b.health.Leader, b.health.HealthyVoters = "", 1
+	b.mu.Unlock()
 	dom = renderPage(t, browser, srv.URL, "", adminTok)
 	if !regexp.MustCompile(`<header id="banner" data-state="down"><div id="banner-title">No leader: nothing can be granted</div><div id="banner-detail">3 voters, 1 healthy; no quorum \(2 needed\)[^<]*</div><div id="banner-runbook" style="display: block;">Runbook: docs/operations.md, section “No leader or no quorum”</div>`).MatchString(dom) {
 		t.Errorf("banner without a leader:\n%s", dom)
 	}
 
 	// The health cannot be read: nobody is shown healthy.
+	b.mu.Lock()
 	b.healthErr = Unavailable("raft", "starting", "this node has not joined the cluster yet")
+	b.mu.Unlock()
 	dom = renderPage(t, browser, srv.URL, "", adminTok)
 	got = rows(dom)
 	for id, r := range got {
