@@ -234,29 +234,45 @@ func TestCrashFailoverPartitionWaitsHeartbeat(t *testing.T) {
 func TestCrashFailoverLiveLeaderUndisturbed(t *testing.T) {
 	var meshNet, gossipNet *faultnet.Net
 	tc, leader := formThree(t, faulty(&meshNet, &gossipNet))
-	lc := tc.nodes[leader]
-	term0 := lc.n.raft().CurrentTerm()
-	f := tc.follower(leader, "")
-	fc := tc.nodes[f]
+	term0 := tc.nodes[leader].n.raft().CurrentTerm()
 	for i := range 10 {
 		for _, cm := range tc.others(leader) {
 			meshNet.Reset(leader, cm.n.cfg.Cluster.Name)
 		}
-		grantRetry(t, fc, fmt.Sprint("through-reset-", i), "w", 60)
+		grantRetry(t, tc.nodes[tc.follower(leader, "")], fmt.Sprint("through-reset-", i), "w", 60)
 	}
+	// Resetting both followers' sessions at once may move leadership once
+	// (both hear nothing for crash_detect_ms): the cut below is against
+	// whoever leads now.
+	leader = tc.leader()
+	lc := tc.nodes[leader]
+	f := tc.follower(leader, "")
+	fc := tc.nodes[f]
 	shortened := counterOf(t, fc.n.cl.crash, "shortened")
-	meshNet.Cut(f, leader)
-	meshNet.Reset(f, leader)
 	// Bounded observation: for more than a heartbeat timeout (500 ms)
 	// after f lost the leader, f shortens and stands, its pre-vote is
-	// refused, and the leader keeps granting.
-	deadline := time.Now().Add(1500 * time.Millisecond)
-	for i := 0; time.Now().Before(deadline); i++ {
-		grantRetry(t, lc, fmt.Sprint("during-cut-", i), "w", 60)
-		time.Sleep(50 * time.Millisecond) // pacing of a bounded observation
+	// refused, and the leader keeps granting. A reset can miss the session
+	// f follows the leader on (a second session between them, kept by the
+	// mesh's tie-break, carries on until the cut starves it, and f then
+	// stands on its plain heartbeat timeout): up to three cuts.
+	for attempt := 0; attempt < 3 && counterOf(t, fc.n.cl.crash, "shortened") == shortened; attempt++ {
+		if attempt > 0 {
+			meshNet.HealAll()
+			waitFor(t, f+" follows the leader again", 20*time.Second, func() bool {
+				_, id := fc.n.raft().LeaderWithID()
+				return string(id) == leader
+			})
+		}
+		meshNet.Cut(f, leader)
+		meshNet.Reset(f, leader)
+		deadline := time.Now().Add(1500 * time.Millisecond)
+		for i := 0; time.Now().Before(deadline); i++ {
+			grantRetry(t, lc, fmt.Sprint("during-cut-", attempt, "-", i), "w", 60)
+			time.Sleep(50 * time.Millisecond) // pacing of a bounded observation
+		}
 	}
 	if got := counterOf(t, fc.n.cl.crash, "shortened"); got == shortened {
-		t.Fatalf("%s, cut off from the leader after a reset, never shortened its heartbeat timeout", f)
+		t.Fatalf("%s, cut off from the leader after a reset (three times), never shortened its heartbeat timeout", f)
 	}
 	meshNet.HealAll()
 	waitFor(t, f+" follows the leader again with its timeouts restored", 20*time.Second, func() bool {
