@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
@@ -252,7 +253,7 @@ func checkMetaBytes(path, name string, b []byte, stateSize int64) (*diskMeta, er
 	if err := ticket.ValidConfiguration(servers(m.Configuration)); err != nil {
 		return nil, bad("Configuration: %v", err)
 	}
-	if peers, err := legacyPeers(m.Configuration); err != nil || !bytes.Equal(peers, m.Peers) {
+	if err := checkPeers(m.Configuration, m.Peers); err != nil {
 		return nil, bad("Peers is not the encoding of its configuration's voters (%v)", err)
 	}
 	return &m, nil
@@ -322,6 +323,55 @@ func legacyPeers(conf raft.Configuration) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// checkPeers checks raft's deprecated Peers field against conf's voters.
+// Raft encodes each voter's address through the transport (EncodePeer),
+// which asks the cluster's ServerAddressProvider: a cluster node's own
+// address is bare, another voter's names its NodeId (NodeId@mesh address,
+// node/cluster/mesh.RaftAddress), at the address gossip advertises now,
+// which may differ from the configuration's. So each element is the
+// voter's configured address, or its NodeId, "@" and an address; and
+// the field is exactly the encoding of those elements.
+func checkPeers(conf raft.Configuration, peers []byte) error {
+	want, err := legacyPeers(conf)
+	if err != nil {
+		return err
+	}
+	if bytes.Equal(want, peers) {
+		return nil
+	}
+	h := codec.MsgpackHandle{BasicHandle: codec.BasicHandle{TimeNotBuiltin: true}} //nolint:staticcheck // SA1019: as raft does
+	var got [][]byte
+	if err := codec.NewDecoderBytes(peers, &h).Decode(&got); err != nil {
+		return err
+	}
+	var voters []raft.Server
+	for _, s := range conf.Servers {
+		if s.Suffrage == raft.Voter {
+			voters = append(voters, s)
+		}
+	}
+	if len(got) != len(voters) {
+		return fmt.Errorf("%d peers for %d voters", len(got), len(voters))
+	}
+	for i, s := range voters {
+		g := string(got[i])
+		if g == string(s.Address) {
+			continue
+		}
+		if addr, ok := strings.CutPrefix(g, string(s.ID)+"@"); !ok || addr == "" {
+			return fmt.Errorf("peer %d is %q, not voter %s (%s)", i, g, s.ID, s.Address)
+		}
+	}
+	var buf bytes.Buffer
+	if err := codec.NewEncoder(&buf, &h).Encode(got); err != nil {
+		return err
+	}
+	if !bytes.Equal(buf.Bytes(), peers) {
+		return errors.New("not raft's encoding of its elements")
+	}
+	return nil
 }
 
 // newer orders snapshots as raft's store lists them: by term, index, ID.
