@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/tckclk/tckclk/internal/clustertest"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -41,19 +43,6 @@ const labPrefix = "tckclk"
 
 var labSeq atomic.Int32
 
-// lookTool finds a system binary on PATH or in /usr/sbin, /sbin.
-func lookTool(bin string) string {
-	if p, err := exec.LookPath(bin); err == nil {
-		return p
-	}
-	for _, dir := range []string{"/usr/sbin", "/sbin"} {
-		if _, err := os.Stat(filepath.Join(dir, bin)); err == nil {
-			return filepath.Join(dir, bin)
-		}
-	}
-	return ""
-}
-
 // newNetLab builds the lab for n nodes, or skips the test when it cannot:
 // not root, or ip / tc / nft not installed.
 func newNetLab(t *testing.T, n int) *netLab {
@@ -66,7 +55,7 @@ func newNetLab(t *testing.T, n int) *netLab {
 		bin, pkg string
 		p        *string
 	}{{"ip", "iproute2", &l.ipBin}, {"tc", "iproute2", &l.tcBin}, {"nft", "nftables", &l.nftBin}} {
-		if *tool.p = lookTool(tool.bin); *tool.p == "" {
+		if *tool.p = clustertest.LookTool(tool.bin); *tool.p == "" {
 			t.Skipf("%s not installed (Debian package %s; CI installs it)", tool.bin, tool.pkg)
 		}
 	}
@@ -79,7 +68,7 @@ func newNetLab(t *testing.T, n int) *netLab {
 	// Docker sets the FORWARD policy to DROP, and with br_netfilter
 	// bridged frames pass through it: let the lab's bridge forward, in
 	// whichever iptables (nf_tables or legacy) Docker may have used.
-	for _, ipt := range iptablesTools() {
+	for _, ipt := range clustertest.IptablesTools() {
 		rule := []string{"FORWARD", "-i", l.bridge, "-o", l.bridge, "-j", "ACCEPT"}
 		l.run(ipt, append([]string{"-I"}, rule...)...)
 		t.Cleanup(func() { l.quiet(ipt, append([]string{"-D"}, rule...)...) })
@@ -116,22 +105,6 @@ func newNetLab(t *testing.T, n int) *netLab {
 	return l
 }
 
-// iptablesTools are the iptables variants that work here: iptables-nft
-// and iptables-legacy where both are installed (each has its own FORWARD
-// chain, and a kernel may lack the legacy tables), else plain iptables.
-func iptablesTools() []string {
-	var out []string
-	for _, name := range []string{"iptables-nft", "iptables-legacy"} {
-		if p := lookTool(name); p != "" && exec.Command(p, "-S", "FORWARD").Run() == nil {
-			out = append(out, p)
-		}
-	}
-	if p := lookTool("iptables"); len(out) == 0 && p != "" {
-		out = append(out, p)
-	}
-	return out
-}
-
 // run runs a command of the lab's setup and fails the test if it fails.
 func (l *netLab) run(bin string, args ...string) string {
 	l.t.Helper()
@@ -157,7 +130,7 @@ func (l *netLab) exec(ns string, argv ...string) []string {
 // process's labs that still exist (none once their tests ended).
 func labLeftovers(t *testing.T) []string {
 	t.Helper()
-	ipBin := lookTool("ip")
+	ipBin := clustertest.LookTool("ip")
 	if ipBin == "" || os.Geteuid() != 0 {
 		return nil
 	}
@@ -167,7 +140,7 @@ func labLeftovers(t *testing.T) []string {
 	}
 	var left []string
 	cmds := [][]string{{ipBin, "netns", "list"}, {ipBin, "-o", "link", "show"}}
-	for _, ipt := range iptablesTools() {
+	for _, ipt := range clustertest.IptablesTools() {
 		cmds = append(cmds, []string{ipt, "-S", "FORWARD"})
 	}
 	for _, cmd := range cmds {
@@ -215,7 +188,7 @@ func (l *netLab) sweep() {
 			l.quiet(l.ipBin, "link", "del", strings.TrimSuffix(f[1], ":"))
 		}
 	}
-	for _, ipt := range iptablesTools() {
+	for _, ipt := range clustertest.IptablesTools() {
 		out, _ = exec.Command(ipt, "-S", "FORWARD").Output()
 		for _, line := range strings.Split(string(out), "\n") {
 			f := strings.Fields(line)

@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/tckclk/tckclk/internal/clustertest"
 )
 
 // netLab is a private network of network namespaces for the lost-machine
@@ -39,28 +40,13 @@ const (
 
 var labName = regexp.MustCompile(`^` + labPrefix + `(\d+)`)
 
-// lookTool finds a system binary on PATH or in /usr/sbin, /sbin.
-func lookTool(bin string) string {
-	if p, err := exec.LookPath(bin); err == nil {
-		return p
-	}
-	for _, dir := range []string{"/usr/sbin", "/sbin"} {
-		if p := filepath.Join(dir, bin); fileExists(p) {
-			return p
-		}
-	}
-	return ""
-}
-
-func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
-
 // newNetLab builds the lab for n nodes; an error says why it cannot (not
 // root, no ip).
 func newNetLab(n int) (l *netLab, err error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("network namespaces need root")
 	}
-	l = &netLab{ipBin: lookTool("ip")}
+	l = &netLab{ipBin: clustertest.LookTool("ip")}
 	if l.ipBin == "" {
 		return nil, errors.New("ip not installed (Debian package iproute2)")
 	}
@@ -84,7 +70,7 @@ func newNetLab(n int) (l *netLab, err error) {
 	}
 	// Docker sets the FORWARD policy to DROP, and with br_netfilter bridged
 	// frames pass through it: let the lab's bridge forward.
-	for _, ipt := range iptablesTools() {
+	for _, ipt := range clustertest.IptablesTools() {
 		rule := []string{"FORWARD", "-i", l.bridge, "-o", l.bridge, "-j", "ACCEPT"}
 		if out, err := exec.Command(ipt, append([]string{"-I"}, rule...)...).CombinedOutput(); err != nil {
 			return l, fmt.Errorf("%s -I %s: %w: %s", ipt, strings.Join(rule, " "), err, out)
@@ -115,21 +101,6 @@ func newNetLab(n int) (l *netLab, err error) {
 		l.ns, l.veth, l.addrs = append(l.ns, ns), append(l.veth, host), append(l.addrs, addr)
 	}
 	return l, nil
-}
-
-// iptablesTools are the iptables variants that work here (each has its
-// own FORWARD chain).
-func iptablesTools() []string {
-	var out []string
-	for _, name := range []string{"iptables-nft", "iptables-legacy"} {
-		if p := lookTool(name); p != "" && exec.Command(p, "-S", "FORWARD").Run() == nil {
-			out = append(out, p)
-		}
-	}
-	if p := lookTool("iptables"); len(out) == 0 && p != "" {
-		out = append(out, p)
-	}
-	return out
 }
 
 func (l *netLab) run(args ...string) error {
@@ -187,7 +158,7 @@ func (l *netLab) sweep() {
 			name := strings.TrimSuffix(strings.SplitN(f[1], "@", 2)[0], ":")
 			if dead(name) {
 				l.quiet("link", "del", name)
-				for _, ipt := range iptablesTools() {
+				for _, ipt := range clustertest.IptablesTools() {
 					_ = exec.Command(ipt, "-D", "FORWARD", "-i", name, "-o", name, "-j", "ACCEPT").Run()
 				}
 			}
