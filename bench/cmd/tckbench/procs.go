@@ -101,6 +101,9 @@ func (e *env) spawn(name string, extraEnv []string, bin string, args []string) (
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), extraEnv...)
+	// A bench (or its test) killed before its cleanup leaves no node or
+	// agent running on (as cmd/ticketd's process tests).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
