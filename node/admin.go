@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/api/wire"
+	"github.com/tckclk/tckclk/node/stage"
 )
 
 // Members lists the Raft configuration (admin, api.Backend), in cluster
@@ -17,7 +18,7 @@ import (
 func (n *Node) Members(ctx context.Context) (wire.Members, error) {
 	switch {
 	case n.cl == nil && n.raft() == nil:
-		return wire.Members{}, api.Unavailable(string(StageStarting), "starting", "raft is not open yet")
+		return wire.Members{}, api.Unavailable(string(stage.Starting), "starting", "raft is not open yet")
 	case n.cl != nil && n.cons.Load() == nil:
 		// The mesh, gossip and Raft are set up before the consensus is
 		// stored: until it is, none of it may be read (as for health).
@@ -54,15 +55,15 @@ func (n *Node) RemoveMember(ctx context.Context, id string) error {
 // would be at that index (backups of a follower, compaction). A FAILED or
 // stopping node refuses (503).
 func (n *Node) Snapshot(ctx context.Context) (wire.SnapshotInfo, error) {
-	stage, reason := n.stage.get()
+	cur, reason := n.stage.Get()
 	r := n.raft()
 	switch {
-	case stage == StageFailed || stage == StageStopping:
-		return wire.SnapshotInfo{}, api.Unavailable(string(stage), cmp.Or(reason, string(stage)), "this node takes no snapshot at stage %s", stage)
+	case cur == stage.Failed || cur == stage.Stopping:
+		return wire.SnapshotInfo{}, api.Unavailable(string(cur), cmp.Or(reason, string(cur)), "this node takes no snapshot at stage %s", cur)
 	case r == nil && n.cl != nil && !n.cl.eligible():
 		return wire.SnapshotInfo{}, api.Refuse(api.KindConflict, "no_log", "this node is a gossip-only client and keeps no Raft log; ask a voter or standby for a snapshot")
 	case r == nil:
-		return wire.SnapshotInfo{}, api.Unavailable(string(stage), cmp.Or(reason, string(stage)), "raft is not open yet (stage %s); a snapshot needs this node's log", stage)
+		return wire.SnapshotInfo{}, api.Unavailable(string(cur), cmp.Or(reason, string(cur)), "raft is not open yet (stage %s); a snapshot needs this node's log", cur)
 	}
 	tickets := n.fsm.Len()
 	start := time.Now()

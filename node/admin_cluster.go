@@ -12,6 +12,7 @@ import (
 	"github.com/tckclk/tckclk/node/cluster/identity"
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/consensus"
+	"github.com/tckclk/tckclk/node/stage"
 )
 
 // members is /v1/cluster/members: every server of the Raft configuration;
@@ -105,9 +106,9 @@ func (n *Node) clusterRemove(ctx context.Context, id string) error {
 // and where to look.
 func (n *Node) adminNotLeader(what string) *api.Error {
 	if id, _ := n.cl.leader(); id != "" && id != n.cfg.Cluster.Name {
-		return api.NotLeader(string(StageRaft), "%s: this node is not the leader, %s is; send the command to its address (ticketctl --addr with every node's address finds it)", what, id)
+		return api.NotLeader(string(stage.Raft), "%s: this node is not the leader, %s is; send the command to its address (ticketctl --addr with every node's address finds it)", what, id)
 	}
-	return api.NotLeader(string(StageRaft), "%s, and there is no leader now: the voters have no quorum or are electing one; "+
+	return api.NotLeader(string(stage.Raft), "%s, and there is no leader now: the voters have no quorum or are electing one; "+
 		"`ticketctl cluster health` shows which voters are down (docs/operations.md, \"Cluster health\" and the TckclkNoLeader runbook)", what)
 }
 

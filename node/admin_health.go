@@ -56,8 +56,8 @@ func (n *Node) ClusterHealth(ctx context.Context) (wire.ClusterHealth, error) {
 // notJoinedYet is the 503 of a cluster view asked of a node still
 // starting: its mesh, gossip and Raft are not all set up yet.
 func (n *Node) notJoinedYet() *api.Error {
-	stage, _ := n.stage.get()
-	return api.Unavailable(string(stage), "starting", "this node has not joined the cluster yet (stage %s)", stage)
+	cur, _ := n.stage.Get()
+	return api.Unavailable(string(cur), "starting", "this node has not joined the cluster yet (stage %s)", cur)
 }
 
 // singleHealth is the single node's answer: one voter, healthy while it

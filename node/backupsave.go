@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/backup"
+	"github.com/tckclk/tckclk/node/stage"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 
@@ -29,21 +30,21 @@ func (n *Node) Backup(ctx context.Context) (*api.Backup, error) {
 	if n.cl != nil && n.cl.checkRemoved() {
 		return nil, n.cl.removedError()
 	}
-	stage, reason := n.stage.get()
+	cur, reason := n.stage.Get()
 	r := n.raft()
 	switch {
-	case stage == StageFailed || stage == StageStopping:
-		return nil, api.Unavailable(string(stage), cmp.Or(reason, string(stage)), "this node takes no backup at stage %s", stage)
+	case cur == stage.Failed || cur == stage.Stopping:
+		return nil, api.Unavailable(string(cur), cmp.Or(reason, string(cur)), "this node takes no backup at stage %s", cur)
 	case r == nil:
 		if n.cl != nil {
 			return nil, n.adminNotLeader("a backup is taken by the leader")
 		}
-		return nil, api.Unavailable(string(stage), cmp.Or(reason, string(stage)), "raft is not open yet (stage %s)", stage)
+		return nil, api.Unavailable(string(cur), cmp.Or(reason, string(cur)), "raft is not open yet (stage %s)", cur)
 	case r.State() != raft.Leader:
 		if n.cl != nil {
 			return nil, n.adminNotLeader("a backup is taken by the leader")
 		}
-		return nil, api.NotLeader(string(StageRaft), "this node does not lead yet (stage %s)", stage)
+		return nil, api.NotLeader(string(stage.Raft), "this node does not lead yet (stage %s)", cur)
 	}
 	c := n.cons.Load()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -52,7 +53,7 @@ func (n *Node) Backup(ctx context.Context) (*api.Backup, error) {
 		return nil, api.Unavailable("", "raft", "backup: the barrier did not commit: %v", err)
 	}
 	if err := c.VerifyLeader(ctx); err != nil {
-		return nil, api.NotLeader(string(StageRaft), "backup: leadership not verified: %v", err)
+		return nil, api.NotLeader(string(stage.Raft), "backup: leadership not verified: %v", err)
 	}
 	start := time.Now()
 	meta, err := n.snapshotForBackup(ctx, r)

@@ -11,6 +11,7 @@ import (
 	"github.com/tckclk/tckclk/node/api/wire"
 	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/datadir"
+	"github.com/tckclk/tckclk/node/stage"
 	"github.com/tckclk/tckclk/protocol"
 )
 
@@ -111,7 +112,7 @@ func (n *Node) buildMonitor(deps *Deps, env secret.Lookup, wall WallClock, mono 
 // Raft until 3 consecutive healthy samples. A failure here retires nothing
 // and records nothing; the process exits non-zero and may start again.
 func (n *Node) clockCheck(ctx context.Context) error {
-	n.stage.set(StageClockCheck, fmt.Sprintf("waiting for %d consecutive healthy samples", clockhealth.ClockCheckSamples))
+	n.stage.Set(stage.ClockCheck, fmt.Sprintf("waiting for %d consecutive healthy samples", clockhealth.ClockCheckSamples))
 	n.log.Info("clock_check: proving the clock before opening Raft", "samples", clockhealth.ClockCheckSamples,
 		"agents", n.cfg.Clock.Agents(), "probe_interval_ms", n.cfg.Clock.ProbeIntervalMs, "burst", n.cfg.Clock.Burst)
 	err := n.mon.ClockCheck(ctx)
@@ -122,7 +123,7 @@ func (n *Node) clockCheck(ctx context.Context) error {
 	if ctx.Err() != nil && n.mon.Err() == nil {
 		return errStopped
 	}
-	n.stage.set(StageFailed, clockReason(err))
+	n.stage.Set(stage.Failed, clockReason(err))
 	return fmt.Errorf("node: clock_check failed before the node opened its data (nothing is recorded; start it again once the clock is healthy): %w", err)
 }
 
@@ -140,7 +141,7 @@ func (n *Node) clockFailed() {
 	if ce != nil {
 		reason = string(ce.Reason)
 	}
-	n.stage.set(StageFailed, reason)
+	n.stage.Set(stage.Failed, reason)
 	if n.cl != nil { // cluster mode: retire, hand leadership over, stop Raft (cluster_failed.go)
 		n.cl.clockFailed(reason)
 		return
@@ -182,10 +183,10 @@ func clockRefusal(err error) *api.Error {
 	var ce *clockhealth.Error
 	switch {
 	case errors.As(err, &ce):
-		return api.Unavailable(string(StageFailed), string(ce.Reason),
+		return api.Unavailable(string(stage.Failed), string(ce.Reason),
 			"clock health FAILED (%s): %v; this process will not grant again (a restart holds off 250 s + Δ)", ce.Reason, err)
 	case errors.Is(err, clockhealth.ErrClockCheck):
-		return api.Unavailable(string(StageClockCheck), "clock_check", "%v", err)
+		return api.Unavailable(string(stage.ClockCheck), "clock_check", "%v", err)
 	}
 	return api.Unavailable("clock", err.Error(), "clock health refuses the proposal: %v", err)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
 	"github.com/tckclk/tckclk/node/datadir"
+	"github.com/tckclk/tckclk/node/stage"
 	"github.com/tckclk/tckclk/protocol"
 )
 
@@ -29,14 +30,14 @@ func wantClockFailed(t *testing.T, tn *testNode, r protocol.Reason) {
 	t.Helper()
 	var ce *client.Error
 	_, err := tn.c.Grant(bg, "after-failed", "h", 30)
-	if !errors.As(err, &ce) || ce.StatusCode != 503 || ce.Stage != string(StageFailed) || ce.Reason != string(r) ||
+	if !errors.As(err, &ce) || ce.StatusCode != 503 || ce.Stage != string(stage.Failed) || ce.Reason != string(r) ||
 		!strings.Contains(ce.Message, "FAILED ("+string(r)+")") {
 		t.Fatalf("grant on a FAILED clock: %v; want 503 stage failed reason %s", err, r)
 	}
 	a := do(t, tn, "GET", "/readyz", "")
 	var h wire.Health
 	mustJSON(t, a.raw, &h)
-	if a.status != 503 || h.Stage != string(StageFailed) || h.Reason != string(r) || !strings.Contains(h.Detail, string(r)) {
+	if a.status != 503 || h.Stage != string(stage.Failed) || h.Reason != string(r) || !strings.Contains(h.Detail, string(r)) {
 		t.Fatalf("/readyz on a FAILED clock: %d %s", a.status, a.raw)
 	}
 }
@@ -179,7 +180,7 @@ func TestRestartAfterFailedHoldsOff(t *testing.T) {
 		var ce *client.Error
 		waitFor(t, "stage hold_off", 10*time.Second, func() bool {
 			_, err := tn.c.Ready(bg)
-			return errors.As(err, &ce) && ce.Stage == string(StageHoldOff)
+			return errors.As(err, &ce) && ce.Stage == string(stage.HoldOff)
 		})
 		return tn, start
 	}
@@ -296,12 +297,12 @@ func TestAgentClockCheckThenFailed(t *testing.T) {
 	var ce *client.Error
 	waitFor(t, "stage clock_check after one sample", 10*time.Second, func() bool {
 		_, err := tn.c.Ready(bg)
-		return errors.As(err, &ce) && ce.Stage == string(StageClockCheck) && strings.Contains(ce.Message, "1 of 3")
+		return errors.As(err, &ce) && ce.Stage == string(stage.ClockCheck) && strings.Contains(ce.Message, "1 of 3")
 	})
 	if _, err := os.Stat(filepath.Join(dir, datadir.RaftDBFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("raft.db exists during clock_check (%v): Raft opened before the clock was proven", err)
 	}
-	if _, err := tn.c.Grant(bg, "a", "h", 30); !errors.As(err, &ce) || ce.StatusCode != 503 || ce.Stage != string(StageClockCheck) {
+	if _, err := tn.c.Grant(bg, "a", "h", 30); !errors.As(err, &ce) || ce.StatusCode != 503 || ce.Stage != string(stage.ClockCheck) {
 		t.Fatalf("grant during clock_check: %v", err)
 	}
 	for range 2 {

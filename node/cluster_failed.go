@@ -38,6 +38,7 @@ import (
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/cluster/reconcile"
 	"github.com/tckclk/tckclk/node/datadir"
+	"github.com/tckclk/tckclk/node/stage"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 
@@ -251,21 +252,21 @@ func (cl *clusterNode) retireWatch(ctx context.Context) {
 	}
 }
 
-// checkRemoved latches StageRemoved once the replicated state holds this
+// checkRemoved latches stage.Removed once the replicated state holds this
 // running node's NodeId retired without its own clock having FAILED (`ticketctl
 // cluster replace` retired it, or the leader believed a FAILED claim of its
 // own key): it serves nothing again, so it does not forward either. It
 // reports whether the node is removed.
 func (cl *clusterNode) checkRemoved() bool {
 	n := cl.n
-	if stage, _ := n.stage.get(); stage == StageRemoved {
+	if cur, _ := n.stage.Get(); cur == stage.Removed {
 		return true
 	}
 	if cl.life.retired.Load() || !n.fsm.IsRetired(n.cfg.Cluster.Name) {
 		return false
 	}
-	n.stage.set(StageRemoved, reasonRemoved)
-	if stage, _ := n.stage.get(); stage != StageRemoved {
+	n.stage.Set(stage.Removed, reasonRemoved)
+	if cur, _ := n.stage.Get(); cur != stage.Removed {
 		return false // FAILED or stopping meanwhile
 	}
 	cl.log.Error("this NodeId was retired by the cluster (ticketctl cluster replace): it serves no client again; stop this node — the node that replaced it serves",
@@ -273,9 +274,9 @@ func (cl *clusterNode) checkRemoved() bool {
 	return true
 }
 
-// removedError is the 503 of a removed node (StageRemoved).
+// removedError is the 503 of a removed node (stage.Removed).
 func (cl *clusterNode) removedError() *api.Error {
-	return api.Unavailable(string(StageRemoved), reasonRemoved,
+	return api.Unavailable(string(stage.Removed), reasonRemoved,
 		"this node's NodeId %s was retired and removed from the cluster (ticketctl cluster replace): it serves nothing, forwards nothing; stop it (another node took its place)", cl.n.cfg.Cluster.Name)
 }
 
@@ -287,6 +288,6 @@ func (n *Node) refuseClock(err error) *api.Error {
 	if n.cl == nil || !errors.As(err, &ce) {
 		return clockRefusal(err)
 	}
-	return api.Unavailable(string(StageFailed), string(ce.Reason),
+	return api.Unavailable(string(stage.Failed), string(ce.Reason),
 		"clock health FAILED (%s): %v; this NodeId is retired and will not serve again: bring a new node with a new NodeId", ce.Reason, err)
 }

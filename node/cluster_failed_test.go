@@ -17,6 +17,7 @@ import (
 	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
 	"github.com/tckclk/tckclk/node/datadir"
+	"github.com/tckclk/tckclk/node/stage"
 	"github.com/tckclk/tckclk/node/ticket"
 	"github.com/tckclk/tckclk/protocol"
 )
@@ -352,10 +353,10 @@ func assertFailedRefusals(t *testing.T, n *Node, reason protocol.Reason) {
 	t.Helper()
 	var ae *api.Error
 	_, err := n.Write(bg, api.Write{Op: ticket.OpGrant, Name: "x", Holder: "h", LeaseS: 30})
-	if !errors.As(err, &ae) || ae.Stage != string(StageFailed) || ae.Reason != string(reason) || !strings.Contains(ae.Error(), "new NodeId") {
+	if !errors.As(err, &ae) || ae.Stage != string(stage.Failed) || ae.Reason != string(reason) || !strings.Contains(ae.Error(), "new NodeId") {
 		t.Fatalf("grant on the failed node: %v, want a 503 failed/%s saying to bring a new NodeId", err, reason)
 	}
-	if h := n.Readiness(); h.Stage != string(StageFailed) || h.Reason != string(reason) {
+	if h := n.Readiness(); h.Stage != string(stage.Failed) || h.Reason != string(reason) {
 		t.Fatalf("readiness of the failed node: %+v, want stage failed, reason %s", h, reason)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tckclk/tckclk/node/stage"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 
@@ -13,13 +14,13 @@ import (
 // that does not exist yet (seen as a nil-pointer panic in the status
 // handler of real processes polled every 50 ms, cmd/ticketd's netns test).
 func TestReadinessWhileClusterOpens(t *testing.T) {
-	n := &Node{stage: newStageHolder(), fsm: ticket.New(500)}
+	n := &Node{stage: stage.NewHolder(), fsm: ticket.New(500)}
 	n.cfg.Clock.DeltaMs = 500
 	n.cfg.Cluster.Enabled = true
 	n.cl = &clusterNode{n: n}
-	n.stage.set(StageRaft, "opening the data dir")
+	n.stage.Set(stage.Raft, "opening the data dir")
 	h := n.Readiness()
-	if h.Status == "ok" || h.Stage != string(StageRaft) || !strings.Contains(h.Detail, "opening") {
+	if h.Status == "ok" || h.Stage != string(stage.Raft) || !strings.Contains(h.Detail, "opening") {
 		t.Fatalf("readiness while opening: %+v, want not ready at stage raft, opening", h)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/cluster/membership"
+	"github.com/tckclk/tckclk/node/stage"
 	"github.com/tckclk/tckclk/protocol"
 )
 
@@ -25,7 +26,7 @@ const (
 	reasonUniform       = "uniform"        // waiting for the voters to agree
 	reasonDeltaMismatch = "delta_mismatch" // this node's Δ differs: never ready
 	reasonNoLeader      = "no_leader"
-	reasonRemoved       = "removed" // this NodeId was retired while it ran (StageRemoved)
+	reasonRemoved       = "removed" // this NodeId was retired while it ran (stage.Removed)
 )
 
 // uniformView is what the uniform check compares: this node's Δ and
@@ -126,32 +127,32 @@ func (cl *clusterNode) deltaMismatch() string {
 	return ""
 }
 
-// readiness is the cluster part of /readyz: StageReady (ok) once uniform
+// readiness is the cluster part of /readyz: stage.Ready (ok) once uniform
 // latched, with a known leader (this node's barrier committed when it
 // leads); otherwise the stage, reason and detail. The caller still checks
 // this node's own clock and hold-off.
-func (cl *clusterNode) readiness(reason string) (Stage, string, string) {
+func (cl *clusterNode) readiness(reason string) (stage.Stage, string, string) {
 	n := cl.n
 	// Until RunWith stores the consensus handle, open is still setting up
 	// the mesh, Raft and gossip (cl.mem): none of it may be read yet. The
 	// atomic store comes after open, so once it is seen they are set.
 	if n.cons.Load() == nil {
-		return StageRaft, reasonNoLeader, "opening the cluster: mesh, raft, gossip"
+		return stage.Raft, reasonNoLeader, "opening the cluster: mesh, raft, gossip"
 	}
 	if cl.checkRemoved() {
-		return StageRemoved, reasonRemoved, cl.removedError().Message
+		return stage.Removed, reasonRemoved, cl.removedError().Message
 	}
 	if why := cl.deltaMismatch(); why != "" {
 		cl.noteMismatch(why)
-		return StageUniform, reasonDeltaMismatch, why
+		return stage.Uniform, reasonDeltaMismatch, why
 	}
 	why, mismatch := cl.checkUniform()
 	if mismatch {
 		cl.noteMismatch("uniform: " + why)
-		return StageUniform, reasonDeltaMismatch, "uniform: " + why
+		return stage.Uniform, reasonDeltaMismatch, "uniform: " + why
 	}
 	if n.raft() == nil && cl.eligible() {
-		return StageRaft, reasonNoLeader, "raft is not open yet"
+		return stage.Raft, reasonNoLeader, "raft is not open yet"
 	}
 	leader, _ := cl.leader()
 	switch {
@@ -160,16 +161,16 @@ func (cl *clusterNode) readiness(reason string) (Stage, string, string) {
 			reason = reasonNoLeader
 		}
 		if why := cl.bootstrapRefusal(); why != "" {
-			return StageRaft, reason, "no leader known: not bootstrapping: " + why
+			return stage.Raft, reason, "no leader known: not bootstrapping: " + why
 		}
-		return StageRaft, reason, "no leader known (bootstrap or join pending, or an election)"
+		return stage.Raft, reason, "no leader known (bootstrap or join pending, or an election)"
 	case leader == n.cfg.Cluster.Name && n.serving() != nil:
-		return StageReplay, "replay", "this node leads but its barrier has not committed in this term"
+		return stage.Replay, "replay", "this node leads but its barrier has not committed in this term"
 	}
 	if why != "" {
-		return StageUniform, reasonUniform, "uniform: " + why
+		return stage.Uniform, reasonUniform, "uniform: " + why
 	}
-	return StageReady, "", ""
+	return stage.Ready, "", ""
 }
 
 // checkUniform evaluates uniform until it first holds, then latches.
@@ -260,7 +261,7 @@ func (cl *clusterNode) refreshLoop(ctx context.Context, newTicker clockhealth.Ti
 		}
 		cancel()
 		cl.sampleBounds(time.Now())
-		if stage, _ := cl.n.stage.get(); stage != StageFailed && stage != StageStopping {
+		if cur, _ := cl.n.stage.Get(); cur != stage.Failed && cur != stage.Stopping {
 			_, _, _ = cl.readiness("")
 		}
 	}

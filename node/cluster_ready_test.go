@@ -13,6 +13,7 @@ import (
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/cluster/peerstatus"
 	"github.com/tckclk/tckclk/node/cluster/reconcile"
+	"github.com/tckclk/tckclk/node/stage"
 	"github.com/tckclk/tckclk/protocol"
 )
 
@@ -138,7 +139,7 @@ func TestClusterFollowersReadyAfterUniform(t *testing.T) {
 		return true
 	})
 	h, err := tc.nodes[victim].tn.c.Ready(bg)
-	if err != nil || h.Stage != string(StageReady) {
+	if err != nil || h.Stage != string(stage.Ready) {
 		t.Fatalf("follower %s /readyz: %+v, %v", victim, h, err)
 	}
 
@@ -192,7 +193,7 @@ func TestClusterDeltaMismatchNeverReady(t *testing.T) {
 		_, err := odd.tn.c.Ready(bg)
 		return errors.As(err, &ce) && ce.Reason == reasonDeltaMismatch
 	})
-	if ce.Stage != string(StageUniform) || !strings.Contains(ce.Message, "(Δ 500 ≠ 400)") {
+	if ce.Stage != string(stage.Uniform) || !strings.Contains(ce.Message, "(Δ 500 ≠ 400)") {
 		t.Fatalf("odd /readyz: stage %q, %q", ce.Stage, ce.Message)
 	}
 	tc.start("even", first.gossipAddr(), 0)
@@ -308,7 +309,7 @@ func TestClusterConflictingBootstrapExpect(t *testing.T) {
 			_, err := cm.tn.c.Ready(bg)
 			return errors.As(err, &ce) && strings.Contains(ce.Message, "conflicting bootstrap_expect")
 		})
-		if ce.Stage != string(StageRaft) {
+		if ce.Stage != string(stage.Raft) {
 			t.Fatalf("%s: stage %q", name, ce.Stage)
 		}
 	}
@@ -375,7 +376,7 @@ func TestClusterGossipOnlyClient(t *testing.T) {
 	c := tc.startWith("c1", first.gossipAddr(), 0, func(c *Config) { c.Cluster.Raft.Role = "client" })
 	tc.waitReady("c1")
 	h, err := c.tn.c.Ready(bg)
-	if err != nil || h.Stage != string(StageReady) {
+	if err != nil || h.Stage != string(stage.Ready) {
 		t.Fatalf("client /readyz: %+v, %v", h, err)
 	}
 	// Retried (the same holder's Grant is idempotent): on a loaded machine

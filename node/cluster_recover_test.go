@@ -15,6 +15,7 @@ import (
 	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
 	"github.com/tckclk/tckclk/node/consensus"
 	"github.com/tckclk/tckclk/node/datadir"
+	"github.com/tckclk/tckclk/node/stage"
 	"github.com/tckclk/tckclk/node/ticket"
 	"github.com/tckclk/tckclk/protocol"
 )
@@ -140,7 +141,7 @@ func TestClusterWholeClusterRecovery(t *testing.T) {
 	waitFor(t, "r1 leads, in hold_off", 20*time.Second, func() bool {
 		_, err := r1.tn.c.Ready(bg)
 		r := r1.n.raft()
-		return errors.As(err, &cerr) && cerr.Stage == string(StageHoldOff) && r != nil && r.State() == raft.Leader
+		return errors.As(err, &cerr) && cerr.Stage == string(stage.HoldOff) && r != nil && r.State() == raft.Leader
 	})
 	if st, err := r1.tn.c.Status(bg); err != nil || !strings.Contains(st.HoldOffCause, "recovered from") ||
 		st.HoldOffUntilUnixMs < uint64(now.Add(250*time.Second+500*time.Millisecond).UnixMilli()) {

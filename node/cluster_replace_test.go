@@ -16,6 +16,7 @@ import (
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/api/ctl"
+	"github.com/tckclk/tckclk/node/stage"
 )
 
 // ticketctl runs the ticketctl command in this process.
@@ -163,17 +164,17 @@ func TestClusterReplace(t *testing.T) {
 	// forwarded to the leader).
 	waitFor(t, old+" says it was removed", 10*time.Second, func() bool {
 		st, err := follower.tn.c.Status(bg)
-		return err == nil && st.Stage == string(StageRemoved)
+		return err == nil && st.Stage == string(stage.Removed)
 	})
 	if st, _ := follower.tn.c.Status(bg); st.Ready || st.Role != "removed" || st.Reason != "removed" {
 		t.Fatalf("%s's status after its replacement: %+v", old, st)
 	}
 	var ce *client.Error
-	if _, err := follower.tn.c.Grant(bg, "through-old", "h", 30); !errors.As(err, &ce) || ce.StatusCode != 503 || ce.Stage != string(StageRemoved) ||
+	if _, err := follower.tn.c.Grant(bg, "through-old", "h", 30); !errors.As(err, &ce) || ce.StatusCode != 503 || ce.Stage != string(stage.Removed) ||
 		!strings.Contains(ce.Message, "retired and removed from the cluster") {
 		t.Fatalf("grant through the replaced %s: %v, want 503 removed", old, err)
 	}
-	if _, err := follower.tn.c.Ready(bg); !errors.As(err, &ce) || ce.Stage != string(StageRemoved) {
+	if _, err := follower.tn.c.Ready(bg); !errors.As(err, &ce) || ce.Stage != string(stage.Removed) {
 		t.Fatalf("/readyz of the replaced %s: %v", old, err)
 	}
 	if _, ok := nl.n.fsm.Get("through-old"); ok {

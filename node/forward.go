@@ -17,6 +17,7 @@ import (
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/cluster/forward"
 	"github.com/tckclk/tckclk/node/cluster/mesh"
+	"github.com/tckclk/tckclk/node/stage"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 
@@ -63,8 +64,8 @@ func (f *forwarder) serve(wg *sync.WaitGroup) func() {
 // not lead, and it knows a leader other than itself.
 func (f *forwarder) route() (*forward.Client, bool) {
 	n := f.cl.n
-	stage, _ := n.stage.get()
-	if stage == StageFailed || stage == StageStarting || stage == StageClockCheck || stage == StageStopping || f.cl.checkRemoved() {
+	cur, _ := n.stage.Get()
+	if cur == stage.Failed || cur == stage.Starting || cur == stage.ClockCheck || cur == stage.Stopping || f.cl.checkRemoved() {
 		return nil, false
 	}
 	if n.serving() == nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/cluster/forward"
+	"github.com/tckclk/tckclk/node/stage"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 
@@ -57,7 +58,7 @@ func writtenResponse(out api.Written) forward.Response {
 	case ticket.CodeHeld:
 		return forward.Response{Code: forward.CodeHeld, Message: "held", Holder: res.Ticket.Holder, Token: res.Ticket.Token}
 	case ticket.CodeFatal:
-		return forward.Response{Code: forward.CodeUnavailable, Message: "the leader stopped", Stage: string(StageFailed), Reason: "state"}
+		return forward.Response{Code: forward.CodeUnavailable, Message: "the leader stopped", Stage: string(stage.Failed), Reason: "state"}
 	}
 	if _, ok := mismatchCodes[res.Code.String()]; ok {
 		return forward.Response{Code: forward.CodeMismatch, Message: res.Code.String(), Reason: res.Code.String()}
@@ -100,7 +101,7 @@ func forwardErr(err error) error {
 	case errors.As(err, &fe):
 		switch fe.Code {
 		case forward.CodeNotLeader:
-			return api.NotLeader(string(StageRaft), "the leader moved while forwarding: %s", fe.Message)
+			return api.NotLeader(string(stage.Raft), "the leader moved while forwarding: %s", fe.Message)
 		case forward.CodeBadRequest:
 			return api.Refuse(api.KindBadRequest, "bad_request", "%s", fe.Message)
 		case forward.CodeNotFound:
@@ -118,5 +119,5 @@ func forwardErr(err error) error {
 	case errors.Is(err, forward.ErrOutcomeUnknown):
 		return api.Unavailable("", "unknown_outcome", "forwarded to the leader, no answer: %v; the write may still be applied: read the ticket before retrying", err)
 	}
-	return api.Unavailable(string(StageRaft), "leader_unreachable", "forwarding to the leader: %v", err)
+	return api.Unavailable(string(stage.Raft), "leader_unreachable", "forwarding to the leader: %v", err)
 }

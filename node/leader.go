@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tckclk/tckclk/node/stage"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 
@@ -24,7 +25,7 @@ func (n *Node) leadership(ctx context.Context) {
 			n.leaderChanges.Inc()
 			if !leader {
 				n.barrierTerm.Store(0)
-				n.stage.set(StageRaft, "lost leadership")
+				n.stage.Set(stage.Raft, "lost leadership")
 				continue
 			}
 			lctx, cancel := context.WithCancel(ctx)
@@ -43,7 +44,7 @@ func (n *Node) leadership(ctx context.Context) {
 func (n *Node) lead(ctx context.Context) {
 	cons := n.cons.Load()
 	term := cons.Raft().CurrentTerm()
-	n.stage.set(StageReplay, "committing a barrier in term "+fmt.Sprint(term))
+	n.stage.Set(stage.Replay, "committing a barrier in term "+fmt.Sprint(term))
 	start := time.Now()
 	bctx, cancel := context.WithTimeout(ctx, 2*time.Minute) // replays the log tail since the snapshot
 	defer cancel()
@@ -68,7 +69,7 @@ func (n *Node) lead(ctx context.Context) {
 		n.log.Info("recorded Δ in the replicated state", "delta_ms", n.cfg.Clock.DeltaMs)
 	}
 	n.barrierTerm.Store(term)
-	n.stage.set(StageReady, "")
+	n.stage.Set(stage.Ready, "")
 	n.waits.startTerm()
 	defer n.waits.endTerm() // waits of this term end with a 503 (SPEC §4.2)
 	n.log.Info("leader ready", "term", term, "applied_index", n.raft().AppliedIndex(), "tickets", n.fsm.Len(),

@@ -3,13 +3,14 @@ package node
 import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tckclk/tckclk/node/stage"
 )
 
 // registerMetrics registers the node's own series on reg: the readiness
 // stage, leader changes, tickets, waiters and watchers, the Raft state,
 // membership counts and term.
 func (n *Node) registerMetrics(reg prometheus.Registerer) {
-	n.stage.register(reg, func() Stage { return Stage(n.Readiness().Stage) })
+	stage.Register(reg, func() stage.Stage { return stage.Stage(n.Readiness().Stage) })
 	n.leaderChanges = prometheus.NewCounter(prometheus.CounterOpts{Name: "raft_leader_changes_total", Help: "Leadership transitions seen by this node."})
 	reg.MustRegister(
 		n.leaderChanges,

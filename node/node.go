@@ -20,6 +20,7 @@ import (
 	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/consensus"
 	"github.com/tckclk/tckclk/node/datadir"
+	"github.com/tckclk/tckclk/node/stage"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 
@@ -88,7 +89,7 @@ type Node struct {
 	wall   WallClock
 	guard  ClockGuard
 	mon    *clockhealth.Monitor // the guard, unless Deps.Guard replaced it
-	stage  *stageHolder
+	stage  *stage.Holder
 	hold   *holdOff
 	expiry time.Duration
 	dir    *datadir.Dir
@@ -139,7 +140,7 @@ func newNode(cfg Config, deps *Deps, hooks testHooks) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		cfg: cfg, log: deps.Logger, guard: deps.Guard, stage: newStageHolder(),
+		cfg: cfg, log: deps.Logger, guard: deps.Guard, stage: stage.NewHolder(),
 		expiry: deps.ExpiryInterval, fsm: ticket.New(cfg.Clock.DeltaMs), notify: make(chan bool, 16),
 		started: time.Now(), expireEarly: hooks.expireEarly,
 	}
@@ -205,7 +206,7 @@ func (n *Node) run(ctx context.Context, deps *Deps, hooks testHooks) (err error)
 		return err
 	}
 	defer func() {
-		n.stage.set(StageStopping, "")
+		n.stage.Set(stage.Stopping, "")
 		n.waits.close()
 		srv.stop()
 	}()
@@ -242,7 +243,7 @@ func (n *Node) run(ctx context.Context, deps *Deps, hooks testHooks) (err error)
 		}
 	}
 
-	n.stage.set(StageRaft, "opening the data dir")
+	n.stage.Set(stage.Raft, "opening the data dir")
 	var cons *consensus.Raft
 	if n.cl != nil {
 		defer n.cl.close() // after Raft closed (deferred calls run last in, first out)
@@ -251,11 +252,11 @@ func (n *Node) run(ctx context.Context, deps *Deps, hooks testHooks) (err error)
 		cons, err = n.openConsensus(deps.Transport)
 	}
 	if err != nil {
-		n.stage.set(StageFailed, err.Error())
+		n.stage.Set(stage.Failed, err.Error())
 		return err
 	}
 	n.cons.Store(cons)
-	n.stage.set(StageRaft, "waiting for leadership")
+	n.stage.Set(stage.Raft, "waiting for leadership")
 
 	lctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -288,7 +289,7 @@ func (n *Node) run(ctx context.Context, deps *Deps, hooks testHooks) (err error)
 			// finish (forwarding reaches the new leader), then Raft closes
 			// and gossip ends — without a leave message for a voter, which
 			// keeps its vote (the deferred calls).
-			n.stage.set(StageStopping, "")
+			n.stage.Set(stage.Stopping, "")
 			if n.cl != nil {
 				n.handOffLeadership()
 			}
@@ -297,7 +298,7 @@ func (n *Node) run(ctx context.Context, deps *Deps, hooks testHooks) (err error)
 			return nil
 		case <-n.fsm.Stopped():
 			err = n.fatalError()
-			n.stage.set(StageFailed, err.Error())
+			n.stage.Set(stage.Failed, err.Error())
 			n.log.Error("state machine stopped; refusing to serve", "err", err)
 			return err
 		case err = <-srv.errc:
@@ -314,7 +315,7 @@ func (n *Node) run(ctx context.Context, deps *Deps, hooks testHooks) (err error)
 				return n.failedExit()
 			}
 		case <-reused:
-			n.stage.set(StageRemoved, reasonRemoved)
+			n.stage.Set(stage.Removed, reasonRemoved)
 			return n.cl.reusedExit()
 		case <-deps.Reload:
 			n.reload(deps.ReloadConfig)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/api/wire"
+	"github.com/tckclk/tckclk/node/stage"
 )
 
 var bg = context.Background()
@@ -93,7 +94,7 @@ func TestEndpointsDuringStartup(t *testing.T) {
 	var ce *client.Error
 	waitFor(t, "stage clock_check after one sample", 10*time.Second, func() bool {
 		_, err := tn.c.Ready(bg)
-		return errors.As(err, &ce) && ce.Stage == string(StageClockCheck) && strings.Contains(ce.Message, "1 of 3")
+		return errors.As(err, &ce) && ce.Stage == string(stage.ClockCheck) && strings.Contains(ce.Message, "1 of 3")
 	})
 	// Held: nothing fires the probe ticker, so the stage cannot move on.
 	if a := do(t, tn, "GET", "/livez", ""); a.status != 200 || !strings.Contains(a.raw, `"ok"`) {
@@ -102,13 +103,13 @@ func TestEndpointsDuringStartup(t *testing.T) {
 	var h wire.Health
 	if a := do(t, tn, "GET", "/readyz", ""); a.status != 503 {
 		t.Errorf("/readyz during clock_check: %d %s", a.status, a.raw)
-	} else if mustJSON(t, a.raw, &h); h.Stage != string(StageClockCheck) || h.Status != "unavailable" {
+	} else if mustJSON(t, a.raw, &h); h.Stage != string(stage.ClockCheck) || h.Status != "unavailable" {
 		t.Errorf("/readyz during clock_check names %+v", h)
 	}
 	var st wire.Status
 	if a := do(t, tn, "GET", "/v1/status", ""); a.status != 200 {
 		t.Errorf("/v1/status during clock_check: %d %s", a.status, a.raw)
-	} else if mustJSON(t, a.raw, &st); st.Stage != string(StageClockCheck) || st.Ready {
+	} else if mustJSON(t, a.raw, &st); st.Stage != string(stage.ClockCheck) || st.Ready {
 		t.Errorf("/v1/status during clock_check: stage %q ready %v", st.Stage, st.Ready)
 	}
 	if a := do(t, tn, "GET", "/metrics", ""); a.status != 200 {
@@ -118,7 +119,7 @@ func TestEndpointsDuringStartup(t *testing.T) {
 		t.Errorf(`node_readiness_stage{stage="clock_check"} %q during clock_check`, v)
 	}
 	for _, p := range []string{"/v1/tickets/a", "/v1/tickets"} {
-		if a := do(t, tn, "GET", p, ""); a.status != 503 || a.body.Stage != string(StageClockCheck) {
+		if a := do(t, tn, "GET", p, ""); a.status != 503 || a.body.Stage != string(stage.ClockCheck) {
 			t.Errorf("GET %s during clock_check: %d %s (want 503 naming clock_check)", p, a.status, a.raw)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tckclk/tckclk/node/api"
+	"github.com/tckclk/tckclk/node/stage"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 
@@ -17,7 +18,7 @@ func (n *Node) readable(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := n.cons.Load().VerifyLeader(ctx); err != nil {
-		return api.NotLeader(string(StageRaft), "leadership not verified: %v", err)
+		return api.NotLeader(string(stage.Raft), "leadership not verified: %v", err)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/tckclk/tckclk/node/api/wire"
 	"github.com/tckclk/tckclk/node/backup"
 	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
+	"github.com/tckclk/tckclk/node/stage"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 
@@ -118,7 +119,7 @@ func startHeldOff(t *testing.T, cfg Config, clk *clockhealthtest.Clock, cause st
 	var cerr *client.Error
 	waitFor(t, "stage hold_off", 10*time.Second, func() bool {
 		_, err := rn.c.Ready(bg)
-		return errors.As(err, &cerr) && cerr.Stage == string(StageHoldOff)
+		return errors.As(err, &cerr) && cerr.Stage == string(stage.HoldOff)
 	})
 	st, err := rn.c.Status(bg)
 	if err != nil || !strings.Contains(st.HoldOffCause, cause) || st.HoldOffUntilUnixMs < uint64(clk.Now().Add(250*time.Second).UnixMilli()) {

@@ -10,6 +10,7 @@ import (
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/api/wire"
 	"github.com/tckclk/tckclk/node/clockhealth"
+	"github.com/tckclk/tckclk/node/stage"
 	"github.com/tckclk/tckclk/protocol"
 )
 
@@ -18,21 +19,21 @@ func (n *Node) serving() error {
 	if n.cl != nil && n.cl.checkRemoved() {
 		return n.cl.removedError()
 	}
-	stage, reason := n.stage.get()
-	if stage != StageReady {
-		if stage == StageFailed {
+	cur, reason := n.stage.Get()
+	if cur != stage.Ready {
+		if cur == stage.Failed {
 			if err := n.guard.Check(); err != nil {
 				return n.refuseClock(err) // cluster mode says retired (cluster_failed.go)
 			}
 		}
 		if reason == "" {
-			reason = string(stage)
+			reason = string(cur)
 		}
-		return api.Unavailable(string(stage), reason, "the node is not ready (stage %s: %s)", stage, reason)
+		return api.Unavailable(string(cur), reason, "the node is not ready (stage %s: %s)", cur, reason)
 	}
 	r := n.raft()
 	if r == nil || r.State() != raft.Leader || n.barrierTerm.Load() != r.CurrentTerm() {
-		return api.NotLeader(string(StageRaft), "this node is not the leader of the current term")
+		return api.NotLeader(string(stage.Raft), "this node is not the leader of the current term")
 	}
 	return nil
 }
@@ -45,54 +46,54 @@ func (n *Node) clockOK() error {
 	return nil
 }
 
-// Readiness is /readyz (api.Backend): ready only at StageReady, as the
+// Readiness is /readyz (api.Backend): ready only at stage.Ready, as the
 // leader of the current term (a cluster node: once uniform, with a known
 // leader), with a healthy clock and no hold-off.
 // Otherwise the stage and why: clock_check with its progress, failed with
 // the SPEC §1.5 reason, hold_off with the instant.
 func (n *Node) Readiness() wire.Health {
-	stage, reason := n.stage.get()
+	cur, reason := n.stage.Get()
 	h := wire.Health{Status: "unavailable", DevReference: n.mon != nil && n.cfg.Clock.DevReference}
 	notLeader := func() bool { return n.serving() != nil }
 	if n.cl != nil {
-		switch stage {
-		case StageRaft, StageReplay, StageUniform, StageReady, StageHoldOff:
+		switch cur {
+		case stage.Raft, stage.Replay, stage.Uniform, stage.Ready, stage.HoldOff:
 			// SPEC §3.5: uniform, then ready while a leader is known
 			// (followers forward); the clock and hold-off checks follow.
-			stage, reason, h.Detail = n.cl.readiness(reason)
+			cur, reason, h.Detail = n.cl.readiness(reason)
 			notLeader = func() bool { return false }
 		}
 	}
-	switch stage {
-	case StageReady:
+	switch cur {
+	case stage.Ready:
 		if notLeader() {
-			stage, reason = StageRaft, "not the leader of the current term"
+			cur, reason = stage.Raft, "not the leader of the current term"
 		} else if err := n.clockOK(); err != nil {
 			var ae *api.Error
 			if errors.As(err, &ae) {
-				stage, reason, h.Detail = Stage(ae.Stage), ae.Reason, ae.Message
+				cur, reason, h.Detail = stage.Stage(ae.Stage), ae.Reason, ae.Message
 			} else {
-				stage, reason, h.Detail = StageFailed, "clock", err.Error()
+				cur, reason, h.Detail = stage.Failed, "clock", err.Error()
 			}
 		} else if n.hold.active(n.wall.Now()) {
-			stage, reason, h.Detail = StageHoldOff, "hold_off", n.hold.text()
+			cur, reason, h.Detail = stage.HoldOff, "hold_off", n.hold.text()
 			h.HoldOffUntilUnixMs, _ = protocol.CeilUnixMs(n.hold.until)
 		} else {
 			h.Status = "ok"
 		}
-	case StageRemoved:
+	case stage.Removed:
 		h.Detail = n.cl.removedError().Message
-	case StageFailed:
+	case stage.Failed:
 		if ce := n.clockErr(); ce != nil {
 			reason, h.Detail = string(ce.Reason), ce.Error()
 		}
-	case StageClockCheck:
+	case stage.ClockCheck:
 		if n.mon != nil {
 			st := n.mon.Status()
 			h.Detail = fmt.Sprintf("%d of %d consecutive healthy samples", min(st.HealthyRounds, clockhealth.ClockCheckSamples), clockhealth.ClockCheckSamples)
 		}
 	}
-	h.Stage, h.Reason = string(stage), reason
+	h.Stage, h.Reason = string(cur), reason
 	return h
 }
 
@@ -124,7 +125,7 @@ func (n *Node) Status(ctx context.Context) wire.Status {
 	} else {
 		st.Role = "starting"
 	}
-	if st.Stage == string(StageRemoved) {
+	if st.Stage == string(stage.Removed) {
 		st.Role = "removed" // out of the configuration for good, whatever its Raft still says
 	}
 	if cr, ok := n.guard.(clockReporter); ok {

@@ -28,6 +28,7 @@ import (
 
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/cluster/membership"
+	"github.com/tckclk/tckclk/node/stage"
 	"github.com/tckclk/tckclk/node/ticket"
 )
 
@@ -187,7 +188,7 @@ func (h *waitHub) close() {
 }
 
 var (
-	errWaitLeader = api.NotLeader(string(StageRaft), "this node stopped leading while the request waited; retry (the new leader serves it)")
+	errWaitLeader = api.NotLeader(string(stage.Raft), "this node stopped leading while the request waited; retry (the new leader serves it)")
 	errWaitGone   = api.Unavailable("", "cancelled", "the request ended while it waited")
 )
 

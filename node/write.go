@@ -7,6 +7,7 @@ import (
 
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/consensus"
+	"github.com/tckclk/tckclk/node/stage"
 	"github.com/tckclk/tckclk/node/ticket"
 	"github.com/tckclk/tckclk/protocol"
 )
@@ -38,7 +39,7 @@ func (n *Node) writeLocal(ctx context.Context, w api.Write) (api.Written, error)
 	}
 	wall := n.wall.Now()
 	if w.Op == ticket.OpGrant && n.hold.active(wall) {
-		return api.Written{}, api.Unavailable(string(StageHoldOff), "hold_off", "%s (250 s + Δ)", n.hold.text())
+		return api.Written{}, api.Unavailable(string(stage.HoldOff), "hold_off", "%s (250 s + Δ)", n.hold.text())
 	}
 	nowMs, ok1 := protocol.CeilUnixMs(wall)
 	recvMs, ok2 := protocol.FloorUnixMs(wall)
@@ -103,7 +104,7 @@ const proposeWait = 5 * time.Second
 func (n *Node) propose(ctx context.Context, data []byte) (ticket.Result, error) {
 	c := n.cons.Load()
 	if c == nil {
-		return ticket.Result{}, api.Unavailable(string(StageStarting), "starting", "raft is not open yet")
+		return ticket.Result{}, api.Unavailable(string(stage.Starting), "starting", "raft is not open yet")
 	}
 	res, err := c.ProposeWithin(ctx, data, proposeWait)
 	return res, consensusRefusal(err)
@@ -115,9 +116,9 @@ func consensusRefusal(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, consensus.ErrNotLeader):
-		return api.NotLeader(string(StageRaft), "this node is not the leader: %v", err)
+		return api.NotLeader(string(stage.Raft), "this node is not the leader: %v", err)
 	case errors.Is(err, consensus.ErrShutdown):
-		return api.Unavailable(string(StageStopping), "shutdown", "the node is shutting down")
+		return api.Unavailable(string(stage.Stopping), "shutdown", "the node is shutting down")
 	case errors.Is(err, consensus.ErrUnknownOutcome):
 		return api.Unavailable("", "unknown_outcome", "%v; the write may still be applied: read the ticket before retrying", err)
 	}
