@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/api/wire"
+	"github.com/tckclk/tckclk/node/cluster"
 	"github.com/tckclk/tckclk/node/cluster/identity"
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/consensus"
@@ -170,10 +171,10 @@ func (n *Node) ReplaceMember(ctx context.Context, old, repl string) (wire.Replac
 		return res, errSingleNode
 	}
 	switch {
-	case validName(old) != nil:
-		return res, api.Refuse(api.KindBadRequest, "bad_request", "old: %v", validName(old))
-	case validName(repl) != nil:
-		return res, api.Refuse(api.KindBadRequest, "bad_request", "new: %v", validName(repl))
+	case cluster.ValidNodeName(old) != nil:
+		return res, api.Refuse(api.KindBadRequest, "bad_request", "old: %v", cluster.ValidNodeName(old))
+	case cluster.ValidNodeName(repl) != nil:
+		return res, api.Refuse(api.KindBadRequest, "bad_request", "new: %v", cluster.ValidNodeName(repl))
 	case old == repl:
 		return res, api.Refuse(api.KindBadRequest, "bad_request", "old and new are both %q: replace a NodeId with another", old)
 	}

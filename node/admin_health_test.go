@@ -9,6 +9,7 @@ import (
 
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/api/wire"
+	"github.com/tckclk/tckclk/node/cluster"
 )
 
 // summary is a health answer in one line, for failure messages.
@@ -121,8 +122,8 @@ func TestClusterHealthBeforeJoin(t *testing.T) {
 		c.Cluster.Enabled = true
 		c.Cluster.Name = "n1"
 		c.Cluster.Membership.BindAddr = "127.0.0.1"
-		c.Cluster.Membership.SecretKey = SecretString(gossipSecret)
-		c.Cluster.Internode.IdentityKey = SecretString(base64.StdEncoding.EncodeToString(tc.keys["n1"].Seed()))
+		c.Cluster.Membership.SecretKey = cluster.SecretString(gossipSecret)
+		c.Cluster.Internode.IdentityKey = cluster.SecretString(base64.StdEncoding.EncodeToString(tc.keys["n1"].Seed()))
 		c.Cluster.Internode.TrustedPeerKeys = tc.trust
 		c.Cluster.Raft.BootstrapExpect = 1
 	})

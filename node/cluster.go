@@ -159,11 +159,6 @@ type clusterKeys struct {
 	tls    *tls.Config // the mesh's mutual TLS (nil: disabled)
 }
 
-// gossipName is this node's gossip name, trust-map name and mesh id:
-// NAME, also while its NodeId (Name, the Raft server ID) is a later
-// generation NAME~G (SPEC §3.4; node/generation.go decides the NodeId).
-func (c *ClusterConfig) gossipName() string { return identity.TrustName(c.Name) }
-
 // loadClusterKeys reads the identity key, the trust map, the gossip key and
 // the mesh's TLS files. They are checked before the node serves or proves
 // its clock: a misconfiguration is a start-up refusal (exit 2).
@@ -173,7 +168,7 @@ func loadClusterKeys(cfg *Config) (clusterKeys, error) {
 	if err != nil {
 		return clusterKeys{}, err
 	}
-	trust, err := identity.NewStore(cfg.Cluster.gossipName(), key.Public().(ed25519.PublicKey), in.TrustedPeerKeys)
+	trust, err := identity.NewStore(cfg.Cluster.GossipName(), key.Public().(ed25519.PublicKey), in.TrustedPeerKeys)
 	if err != nil {
 		return clusterKeys{}, err
 	}
@@ -313,7 +308,7 @@ func (cl *clusterNode) startMembership(h *clusterHooks) error {
 		return err
 	}
 	mc := membership.DefaultConfig()
-	mc.NodeName, mc.BindAddr, mc.BindPort = cfg.Cluster.gossipName(), cfg.Cluster.Membership.BindAddr, cfg.Cluster.Membership.BindPort
+	mc.NodeName, mc.BindAddr, mc.BindPort = cfg.Cluster.GossipName(), cfg.Cluster.Membership.BindAddr, cfg.Cluster.Membership.BindPort
 	if mc.BindAddr == "" {
 		mc.BindAddr = "127.0.0.1"
 	}

@@ -76,7 +76,7 @@ func (cl *clusterNode) watchReusedID(ctx context.Context, cons *consensus.Raft, 
 // name; it returns 0 when none answered.
 func (cl *clusterNode) askRetiredGeneration(ctx context.Context, name string) (int, string) {
 	for _, m := range cl.mem.Members() {
-		if m.Name == cl.n.cfg.Cluster.gossipName() || m.State != membership.StateAlive ||
+		if m.Name == cl.n.cfg.Cluster.GossipName() || m.State != membership.StateAlive ||
 			(m.Meta.Bootstrap != membership.BootstrapHasState && m.Meta.Bootstrap != membership.BootstrapDone) {
 			continue
 		}
@@ -95,7 +95,7 @@ func (cl *clusterNode) askRetiredGeneration(ctx context.Context, name string) (i
 // loop to exit.
 func (cl *clusterNode) markReused(top int, from string) {
 	n := cl.n
-	reason := fmt.Sprintf("nodeid_retired: the cluster (asked %s) holds generation %d of %s retired", from, top, n.cfg.Cluster.gossipName())
+	reason := fmt.Sprintf("nodeid_retired: the cluster (asked %s) holds generation %d of %s retired", from, top, n.cfg.Cluster.GossipName())
 	if err := n.dir.WriteRetirement(datadir.Retirement{Reason: reason, NodeID: n.cfg.Cluster.Name, Floor: top}); err != nil {
 		cl.log.Error("this NodeId is retired in the cluster but the retired marker could not be written: it stays out of the cluster (the reconciler refuses it); bring a new NodeId",
 			"node_id", n.cfg.Cluster.Name, "err", err)

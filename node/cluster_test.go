@@ -24,6 +24,7 @@ import (
 	"github.com/tckclk/tckclk/internal/config"
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/api/wire"
+	"github.com/tckclk/tckclk/node/cluster"
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/cluster/mesh"
 	"github.com/tckclk/tckclk/node/consensus"
@@ -99,13 +100,13 @@ func (tc *testCluster) startWith(name, join string, expect int, edit func(*Confi
 		c.Cluster.Membership.BindAddr = "127.0.0.1"
 		c.Cluster.Membership.BindPort = 0
 		c.Cluster.Membership.JoinAddrs = join
-		c.Cluster.Membership.SecretKey = SecretString(gossipSecret)
-		c.Cluster.Internode.IdentityKey = SecretString(base64.StdEncoding.EncodeToString(tc.keys[name].Seed()))
+		c.Cluster.Membership.SecretKey = cluster.SecretString(gossipSecret)
+		c.Cluster.Internode.IdentityKey = cluster.SecretString(base64.StdEncoding.EncodeToString(tc.keys[name].Seed()))
 		c.Cluster.Internode.TrustedPeerKeys = tc.trust
 		c.Cluster.Raft.BootstrapExpect = expect
 		c.Cluster.Raft.ReconcileDebounce = 100 * time.Millisecond
 		if tc.slow {
-			c.Cluster.Raft.CrashDetectMs = 4 * DefaultCrashDetectMs // the slow timings' scale
+			c.Cluster.Raft.CrashDetectMs = 4 * cluster.DefaultCrashDetectMs // the slow timings' scale
 		}
 		if tc.edit != nil {
 			tc.edit(c)

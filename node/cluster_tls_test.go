@@ -3,6 +3,8 @@ package node
 import (
 	"testing"
 	"time"
+
+	"github.com/tckclk/tckclk/node/cluster"
 )
 
 // withTLS is a config edit turning on the mesh's mutual TLS with a leaf of
@@ -11,7 +13,7 @@ func withTLS(t *testing.T, ca *trustCA, name string) func(*Config) {
 	t.Helper()
 	cert, key := ca.leaf(t, name)
 	return func(c *Config) {
-		c.Cluster.Internode.TLS = TLSConfig{Enabled: true, CertFile: cert, KeyFile: key, CAFile: ca.file}
+		c.Cluster.Internode.TLS = cluster.TLSConfig{Enabled: true, CertFile: cert, KeyFile: key, CAFile: ca.file}
 	}
 }
 

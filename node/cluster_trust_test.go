@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/tckclk/tckclk/internal/config"
+	"github.com/tckclk/tckclk/node/cluster"
 	"github.com/tckclk/tckclk/node/cluster/mesh"
 )
 
@@ -91,8 +92,8 @@ func clusterConfig(t *testing.T, edit func(*Config)) *agentNode {
 		c.Cluster.Enabled = true
 		c.Cluster.Name = "a"
 		c.Cluster.Membership.BindAddr = "127.0.0.1"
-		c.Cluster.Membership.SecretKey = SecretString(gossipSecret)
-		c.Cluster.Internode.IdentityKey = SecretString(base64.StdEncoding.EncodeToString(tc.keys["a"].Seed()))
+		c.Cluster.Membership.SecretKey = cluster.SecretString(gossipSecret)
+		c.Cluster.Internode.IdentityKey = cluster.SecretString(base64.StdEncoding.EncodeToString(tc.keys["a"].Seed()))
 		c.Cluster.Internode.TrustedPeerKeys = maps.Clone(tc.trust)
 		c.Cluster.Raft.BootstrapExpect = 1
 		if edit != nil {
@@ -129,7 +130,7 @@ func TestClusterStartupRefusals(t *testing.T) {
 		}},
 		{"bad base64", idKey, "base64", func(c *Config) { c.Cluster.Internode.IdentityKey = "not*base64!" }},
 		{"wrong length", idKey, "decodes to 16 bytes", func(c *Config) {
-			c.Cluster.Internode.IdentityKey = SecretString(base64.StdEncoding.EncodeToString(bytesOf(1, 16)))
+			c.Cluster.Internode.IdentityKey = cluster.SecretString(base64.StdEncoding.EncodeToString(bytesOf(1, 16)))
 		}},
 		{"key file mode 0644", idKeyFile, "", func(c *Config) {
 			c.Cluster.Internode.IdentityKey = ""
@@ -146,19 +147,19 @@ func TestClusterStartupRefusals(t *testing.T) {
 			c.Cluster.Membership.SecretFile = writeFile(t, dir, "gossip.key", base64.StdEncoding.EncodeToString(bytesOf(3, 16)), 0o600)
 		}},
 		{"gossip secret of a bad length", secret, "want 16, 24 or 32", func(c *Config) {
-			c.Cluster.Membership.SecretKey = SecretString(base64.StdEncoding.EncodeToString(bytesOf(2, 20)))
+			c.Cluster.Membership.SecretKey = cluster.SecretString(base64.StdEncoding.EncodeToString(bytesOf(2, 20)))
 		}},
 		{"tls paths without enabled", "cluster.internode.tls.enabled", "enabled is not true", func(c *Config) {
-			c.Cluster.Internode.TLS = TLSConfig{CertFile: certA, KeyFile: keyA, CAFile: ca.file}
+			c.Cluster.Internode.TLS = cluster.TLSConfig{CertFile: certA, KeyFile: keyA, CAFile: ca.file}
 		}},
 		{"tls enabled with a missing cert", "cluster.internode.tls.cert_file", "", func(c *Config) {
-			c.Cluster.Internode.TLS = TLSConfig{Enabled: true, CertFile: filepath.Join(dir, "absent.pem"), KeyFile: keyA, CAFile: ca.file}
+			c.Cluster.Internode.TLS = cluster.TLSConfig{Enabled: true, CertFile: filepath.Join(dir, "absent.pem"), KeyFile: keyA, CAFile: ca.file}
 		}},
 		{"tls enabled without a CA", "cluster.internode.tls.ca_file", "required", func(c *Config) {
-			c.Cluster.Internode.TLS = TLSConfig{Enabled: true, CertFile: certA, KeyFile: keyA}
+			c.Cluster.Internode.TLS = cluster.TLSConfig{Enabled: true, CertFile: certA, KeyFile: keyA}
 		}},
 		{"tls cert/key mismatch", "cluster.internode.tls.key_file", "does not hold the private key", func(c *Config) {
-			c.Cluster.Internode.TLS = TLSConfig{Enabled: true, CertFile: certA, KeyFile: keyOther, CAFile: ca.file}
+			c.Cluster.Internode.TLS = cluster.TLSConfig{Enabled: true, CertFile: certA, KeyFile: keyOther, CAFile: ca.file}
 		}},
 		{"no agent configured", "clock.agent_addr", "clock health", func(c *Config) { c.Clock.AgentAddr = "" }},
 	}
@@ -235,7 +236,7 @@ func TestClusterWrongGossipKeyKeptOut(t *testing.T) {
 	lc := tc.nodes[leader]
 	x := tc.startWith("x", lc.gossipAddr(), 0, func(c *Config) {
 		c.Cluster.Internode.TrustedPeerKeys = maps.Clone(tc.trust)
-		c.Cluster.Membership.SecretKey = SecretString(base64.StdEncoding.EncodeToString(bytesOf(5, 16)))
+		c.Cluster.Membership.SecretKey = cluster.SecretString(base64.StdEncoding.EncodeToString(bytesOf(5, 16)))
 	})
 	waitFor(t, "x failed 3 join attempts", 20*time.Second, func() bool {
 		return metricSum(t, x.tn, `gossip_join_attempts_total{result="error"}`) >= 3

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/tckclk/tckclk/internal/clustertest/faultnet"
+	"github.com/tckclk/tckclk/node/cluster"
 	"github.com/tckclk/tckclk/node/consensus"
 )
 
@@ -171,7 +172,7 @@ func TestCrashFailoverKilledLeader(t *testing.T) {
 		t.Fatal("no mesh stream between the leader and its followers to reset")
 	}
 	next, took := newLeaderAmong(t, others, crash, 20*time.Second)
-	t.Logf("%s elected %v after the crash of %s (heartbeat timeout %v, crash_detect_ms %d)", next, took.Round(time.Millisecond), old, crashTiming().Heartbeat, DefaultCrashDetectMs)
+	t.Logf("%s elected %v after the crash of %s (heartbeat timeout %v, crash_detect_ms %d)", next, took.Round(time.Millisecond), old, crashTiming().Heartbeat, cluster.DefaultCrashDetectMs)
 	if took >= crashTiming().Heartbeat {
 		t.Fatalf("the new leader took %v, not less than the heartbeat timeout %v: crash failover did not act", took, crashTiming().Heartbeat)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/internal/config"
+	"github.com/tckclk/tckclk/node/cluster"
 )
 
 // SPEC §6: every cluster.liveness key out of range refuses the config,
@@ -19,16 +20,16 @@ func TestLivenessConfigRefusals(t *testing.T) {
 	}
 	cases := []struct {
 		key  string
-		edit func(*LivenessConfig)
+		edit func(*cluster.LivenessConfig)
 	}{
-		{"cluster.liveness.boot_grace", func(l *LivenessConfig) { l.BootGrace = -time.Second }},
-		{"cluster.liveness.boot_grace", func(l *LivenessConfig) { l.BootGrace = 2 * time.Hour }},
-		{"cluster.liveness.max_health_score", func(l *LivenessConfig) { l.MaxHealthScore = 0 }},
-		{"cluster.liveness.max_health_score", func(l *LivenessConfig) { l.MaxHealthScore = 8 }},
-		{"cluster.liveness.voter_last_contact", func(l *LivenessConfig) { l.VoterLastContact = 999 * time.Millisecond }},
-		{"cluster.liveness.voter_last_contact", func(l *LivenessConfig) { l.VoterLastContact = 61 * time.Minute }},
-		{"cluster.liveness.standby_last_contact", func(l *LivenessConfig) { l.StandbyLastContact = 14 * time.Second }},
-		{"cluster.liveness.standby_last_contact", func(l *LivenessConfig) { l.StandbyLastContact = 61 * time.Minute }},
+		{"cluster.liveness.boot_grace", func(l *cluster.LivenessConfig) { l.BootGrace = -time.Second }},
+		{"cluster.liveness.boot_grace", func(l *cluster.LivenessConfig) { l.BootGrace = 2 * time.Hour }},
+		{"cluster.liveness.max_health_score", func(l *cluster.LivenessConfig) { l.MaxHealthScore = 0 }},
+		{"cluster.liveness.max_health_score", func(l *cluster.LivenessConfig) { l.MaxHealthScore = 8 }},
+		{"cluster.liveness.voter_last_contact", func(l *cluster.LivenessConfig) { l.VoterLastContact = 999 * time.Millisecond }},
+		{"cluster.liveness.voter_last_contact", func(l *cluster.LivenessConfig) { l.VoterLastContact = 61 * time.Minute }},
+		{"cluster.liveness.standby_last_contact", func(l *cluster.LivenessConfig) { l.StandbyLastContact = 14 * time.Second }},
+		{"cluster.liveness.standby_last_contact", func(l *cluster.LivenessConfig) { l.StandbyLastContact = 61 * time.Minute }},
 	}
 	for _, c := range cases {
 		cfg := testConfig(t, t.TempDir())
@@ -45,7 +46,7 @@ func TestLivenessConfigRefusals(t *testing.T) {
 	}
 	// The bounds themselves are accepted.
 	cfg := testConfig(t, t.TempDir())
-	cfg.Cluster.Liveness = LivenessConfig{BootGrace: 0, MaxHealthScore: 7, VoterLastContact: time.Second, StandbyLastContact: time.Second}
+	cfg.Cluster.Liveness = cluster.LivenessConfig{BootGrace: 0, MaxHealthScore: 7, VoterLastContact: time.Second, StandbyLastContact: time.Second}
 	cfg.Normalize()
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("bounds refused: %v", err)
