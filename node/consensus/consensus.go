@@ -96,6 +96,17 @@ type Raft struct {
 	ends    map[*waitEnd]struct{}
 	unblock func()
 	log     *slog.Logger
+
+	fsm *ticket.FSM
+	// down is closed when Shutdown begins: a wait for an entry's fate
+	// ends then (fate.go).
+	down     chan struct{}
+	downOnce sync.Once
+	// proposing counts ProposeWithin calls in progress (Settle); fating,
+	// those waiting for their entry's fate (Close lets them end first).
+	proposing, fating gauge
+	fateN             fateCounters
+	fateBound         time.Duration // 0: fateWait (tests shorten or lengthen it)
 }
 
 // slowShutdown is how long Close waits for Raft's shutdown before it calls
@@ -110,7 +121,7 @@ func Open(o Options) (_ *Raft, err error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	raftLog := &hclogWriter{log: log.With("component", "raft")}
-	p := &Raft{dir: o.Dir, unblock: o.Unblock, log: log, shut: make(chan struct{})}
+	p := &Raft{dir: o.Dir, unblock: o.Unblock, log: log, shut: make(chan struct{}), fsm: o.FSM, down: make(chan struct{})}
 	// A data dir that has run before has its log (raft.db or wal/) and
 	// snapshots/ (the snapshot store creates it on the first open): the log
 	// missing beside it was deleted, and starting would forget every
@@ -291,6 +302,7 @@ func (p *Raft) BootstrapCluster(conf raft.Configuration) error {
 // calls Options.Unblock once. A second call returns at once. Every future
 // Raft has not answered by then is answered ErrShutdown (endsAtShutdown).
 func (p *Raft) Shutdown() error {
+	p.downOnce.Do(func() { close(p.down) })
 	defer p.shutOnce.Do(p.closeShut)
 	sf := p.r.Shutdown()
 	shut := make(chan error, 1)
@@ -327,6 +339,9 @@ func (p *Raft) closeShut() {
 func (p *Raft) Close() error {
 	var errs []error
 	if p.r != nil && p.closed.CompareAndSwap(false, true) {
+		// Proposers whose leadership was lost wait for their entries'
+		// fates while Raft runs: that first, bounded (fate.go).
+		p.fating.wait(p.fateBoundOr())
 		p.wmu.Lock()
 		p.closing = true
 		p.wmu.Unlock()

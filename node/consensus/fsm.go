@@ -20,7 +20,7 @@ func (f *raftFSM) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
-	return f.t.Apply(l.Index, l.Data)
+	return f.t.ApplyTerm(l.Index, l.Term, l.Data)
 }
 
 func (f *raftFSM) ApplyBatch(logs []*raft.Log) []any {

@@ -37,7 +37,7 @@ func mapErr(err error) error {
 	case errors.Is(err, raft.ErrLeadershipLost):
 		// Deposed with the entry in flight: the new leader may still
 		// commit it (hashicorp/raft's own doc), so this is not a refusal.
-		return fmt.Errorf("%w: leadership was lost with the entry in flight, it may still commit: %v", ErrUnknownOutcome, err)
+		return fmt.Errorf("%w: leadership was lost with the entry in flight, it may still commit: %w", ErrUnknownOutcome, err)
 	case errors.Is(err, raft.ErrNotLeader),
 		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrNotVoter):
 		return fmt.Errorf("%w: %v", ErrNotLeader, err)
@@ -224,7 +224,18 @@ func (p *Raft) Propose(ctx context.Context, data []byte) (ticket.Result, error) 
 
 // ProposeWithin is Propose waiting at most bound (and as long as ctx
 // allows): without an answer by then the outcome is unknown.
+//
+// When this leader loses its leadership with the entry in flight, the
+// proposer waits for the entry's fate under the next leader (awaitFate,
+// at most fateWait more and as long as ctx allows): the FSM's answer when
+// it was applied, ErrNotLeader when it was replaced, an unknown outcome
+// when neither is known by then.
 func (p *Raft) ProposeWithin(ctx context.Context, data []byte, bound time.Duration) (ticket.Result, error) {
+	p.proposing.add()
+	defer p.proposing.leave()
+	if p.closed.Load() {
+		return ticket.Result{}, fmt.Errorf("%w: closing; the entry was not proposed", ErrShutdown)
+	}
 	enqueue := bound
 	if d, ok := ctx.Deadline(); ok {
 		enqueue = min(bound, max(time.Millisecond, time.Until(d)))
@@ -235,6 +246,9 @@ func (p *Raft) ProposeWithin(ctx context.Context, data []byte, bound time.Durati
 		wctx, cancel := context.WithTimeout(ctx, bound)
 		defer cancel()
 		err = p.wait(wctx, f)
+	}
+	if errors.Is(err, raft.ErrLeadershipLost) {
+		return p.awaitFate(ctx, f, err)
 	}
 	if err != nil {
 		return ticket.Result{}, err

@@ -143,6 +143,7 @@ type FSM struct {
 	// name): the modify index reported for a ticket nobody holds.
 	freed    uint64
 	onChange func(name string)
+	fates    fates // the results of recent entries (fate.go): not state
 
 	fatal   error
 	fatalCh chan struct{}
@@ -203,8 +204,13 @@ func (f *FSM) fail(err error) Result {
 
 // Apply decodes and applies the log entry at Raft index. A decoding error,
 // an unknown version, a bad checksum, a non-increasing index or a Δ other
-// than the configured one stops the FSM for good (CodeFatal).
-func (f *FSM) Apply(index uint64, data []byte) Result {
+// than the configured one stops the FSM for good (CodeFatal). Without the
+// entry's term, FateOf forgets what it knew (ApplyTerm keeps it).
+func (f *FSM) Apply(index uint64, data []byte) Result { return f.ApplyTerm(index, 0, data) }
+
+// ApplyTerm is Apply for the entry at Raft index and term: FateOf then
+// knows its result (fate.go).
+func (f *FSM) ApplyTerm(index, term uint64, data []byte) Result {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fatal != nil {
@@ -218,7 +224,9 @@ func (f *FSM) Apply(index uint64, data []byte) Result {
 		return f.fail(&ApplyError{Index: index, Err: fmt.Errorf("%w: previous %d", ErrOrder, f.index)})
 	}
 	f.index = index
-	return f.apply(index, &e)
+	res := f.apply(index, &e)
+	f.fates.record(index, term, res)
+	return res
 }
 
 func (f *FSM) apply(index uint64, e *Entry) Result {

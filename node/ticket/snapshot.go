@@ -904,6 +904,7 @@ func (f *FSM) RestoreChecked(r io.Reader, check func(*Snapshot) error) error {
 	}
 	f.delta, f.index, f.freed = s.DeltaMs, s.Index, s.Index
 	f.epoch, f.maxToken = s.Epoch, s.MaxToken
+	f.fates.reset() // the entries before it are known only by their effect
 	f.changed("")
 	return nil
 }
