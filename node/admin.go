@@ -15,39 +15,17 @@ import (
 
 // Members lists the Raft configuration (admin, api.Backend), in cluster
 // mode with every gossip member (admin_cluster.go).
-func (n *Node) Members(ctx context.Context) (wire.Members, error) {
-	switch {
-	case n.cl == nil && n.raft() == nil:
-		return wire.Members{}, api.Unavailable(string(stage.Starting), "starting", "raft is not open yet")
-	case n.cl != nil && n.cons.Load() == nil:
-		// The mesh, gossip and Raft are set up before the consensus is
-		// stored: until it is, none of it may be read (as for health).
-		return wire.Members{}, n.notJoinedYet()
-	}
-	return n.members()
-}
+func (n *Node) Members(ctx context.Context) (wire.Members, error) { return n.mode.members() }
 
-var errSingleNode = api.Refuse(api.KindConflict, "single_node",
-	"this is a single-node cluster (cluster.enabled: false): there is no other voter")
-
-// TransferLeadership has nowhere to go in single-node mode (api.Backend).
+// TransferLeadership moves leadership to another voter (admin,
+// api.Backend); a single node has none.
 func (n *Node) TransferLeadership(ctx context.Context, to string) error {
-	if n.cl != nil {
-		return n.clusterTransfer(ctx, to)
-	}
-	return errSingleNode
+	return n.mode.transfer(ctx, to)
 }
 
-// RemoveMember cannot remove the only voter (api.Backend).
-func (n *Node) RemoveMember(ctx context.Context, id string) error {
-	if n.cl != nil {
-		return n.clusterRemove(ctx, id)
-	}
-	if id != n.cfg.Cluster.Name {
-		return api.Refuse(api.KindNotFound, "not_found", "no member %q", id)
-	}
-	return errSingleNode
-}
+// RemoveMember removes a server from the Raft configuration (admin,
+// api.Backend); a single node cannot remove its only voter.
+func (n *Node) RemoveMember(ctx context.Context, id string) error { return n.mode.remove(ctx, id) }
 
 // Snapshot takes a Raft snapshot of this node's state now (admin,
 // api.Backend). Any node whose Raft is open takes its own — a follower
@@ -60,7 +38,7 @@ func (n *Node) Snapshot(ctx context.Context) (wire.SnapshotInfo, error) {
 	switch {
 	case cur == stage.Failed || cur == stage.Stopping:
 		return wire.SnapshotInfo{}, api.Unavailable(string(cur), cmp.Or(reason, string(cur)), "this node takes no snapshot at stage %s", cur)
-	case r == nil && n.cl != nil && !n.cl.eligible():
+	case r == nil && n.mode.gossipOnly():
 		return wire.SnapshotInfo{}, api.Refuse(api.KindConflict, "no_log", "this node is a gossip-only client and keeps no Raft log; ask a voter or standby for a snapshot")
 	case r == nil:
 		return wire.SnapshotInfo{}, api.Unavailable(string(cur), cmp.Or(reason, string(cur)), "raft is not open yet (stage %s); a snapshot needs this node's log", cur)

@@ -16,27 +16,40 @@ import (
 	"github.com/tckclk/tckclk/node/stage"
 )
 
-// members is /v1/cluster/members: every server of the Raft configuration;
-// in cluster mode also every gossip member (gossip-only clients too), with
-// what each advertises: role, failure domain, clock state and bound
+// raftMembers lists the servers of the Raft configuration.
+func raftMembers(r *raft.Raft) (map[string]*wire.Member, error) {
+	byID := map[string]*wire.Member{}
+	f := r.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, api.Unavailable("", "raft", "raft: %v", err)
+	}
+	_, leader := r.LeaderWithID()
+	for _, s := range f.Configuration().Servers {
+		byID[string(s.ID)] = &wire.Member{ID: string(s.ID), Address: string(s.Address), Suffrage: suffrageName(s.Suffrage), Leader: s.ID == leader}
+	}
+	return byID, nil
+}
+
+// members is /v1/cluster/members in cluster mode: every server of the
+// Raft configuration and every gossip member (gossip-only clients too),
+// with what each advertises: role, failure domain, clock state and bound
 // against Δ/2 (SPEC §5), its name and generation, and the NodeIds the
 // replicated state holds retired (SPEC §3.4).
-func (n *Node) members() (wire.Members, error) {
+func (cl *clusterNode) members() (wire.Members, error) {
+	n := cl.n
+	// The mesh, gossip and Raft are set up before the consensus is
+	// stored: until it is, none of it may be read (as for health).
+	if n.cons.Load() == nil {
+		return wire.Members{}, cl.notJoinedYet()
+	}
 	byID := map[string]*wire.Member{}
 	if r := n.raft(); r != nil {
-		f := r.GetConfiguration()
-		if err := f.Error(); err != nil {
-			return wire.Members{}, api.Unavailable("", "raft", "raft: %v", err)
-		}
-		_, leader := r.LeaderWithID()
-		for _, s := range f.Configuration().Servers {
-			byID[string(s.ID)] = &wire.Member{ID: string(s.ID), Address: string(s.Address), Suffrage: suffrageName(s.Suffrage), Leader: s.ID == leader}
+		var err error
+		if byID, err = raftMembers(r); err != nil {
+			return wire.Members{}, err
 		}
 	}
-	if n.cl == nil {
-		return wire.Members{Members: sortedMembers(byID)}, nil
-	}
-	if mem := n.cl.mem; mem != nil {
+	if mem := cl.mem; mem != nil {
 		for _, g := range mem.Members() {
 			m := byID[g.ID]
 			if m == nil {
@@ -66,63 +79,63 @@ func sortedMembers(byID map[string]*wire.Member) []wire.Member {
 	return out
 }
 
-// clusterTransfer moves leadership (admin): to a named voter, or with to ""
+// transfer moves leadership (admin): to a named voter, or with to ""
 // to the voter Raft picks. Only the leader can.
-func (n *Node) clusterTransfer(ctx context.Context, to string) error {
-	r := n.raft()
+func (cl *clusterNode) transfer(ctx context.Context, to string) error {
+	r := cl.n.raft()
 	if r == nil || r.State() != raft.Leader {
-		return n.adminNotLeader("leadership can only be transferred by the leader")
+		return cl.adminNotLeader("leadership can only be transferred by the leader")
 	}
 	var target raft.Server
 	if to != "" {
-		addr, ok := n.voterAddr(to)
+		addr, ok := cl.voterAddr(to)
 		if !ok {
 			return api.Refuse(api.KindNotFound, "not_found", "no voter %q in the Raft configuration", to)
 		}
 		target = raft.Server{ID: raft.ServerID(to), Address: addr}
 	}
-	return n.awaitAdmin(ctx, startTransfer(r, target), "transfer leadership")
+	return cl.awaitAdmin(ctx, startTransfer(r, target), "transfer leadership")
 }
 
-// clusterRemove removes a server from the Raft configuration (admin; the
+// remove removes a server from the Raft configuration (admin; the
 // leader only). The reconciler would re-add a live, eligible member: this
 // is for members that are gone.
-func (n *Node) clusterRemove(ctx context.Context, id string) error {
-	r := n.raft()
+func (cl *clusterNode) remove(ctx context.Context, id string) error {
+	r := cl.n.raft()
 	if r == nil || r.State() != raft.Leader {
-		return n.adminNotLeader("members can only be removed by the leader")
+		return cl.adminNotLeader("members can only be removed by the leader")
 	}
-	if id == n.cfg.Cluster.Name {
+	if id == cl.n.cfg.Cluster.Name {
 		return api.Refuse(api.KindConflict, "is_leader", "%q is the leader: transfer leadership first", id)
 	}
-	if _, ok := n.serverAddr(id); !ok {
+	if _, ok := cl.serverAddr(id); !ok {
 		return api.Refuse(api.KindNotFound, "not_found", "no member %q in the Raft configuration", id)
 	}
-	return n.awaitAdmin(ctx, r.RemoveServer(raft.ServerID(id), 0, 0), "remove "+id)
+	return cl.awaitAdmin(ctx, r.RemoveServer(raft.ServerID(id), 0, 0), "remove "+id)
 }
 
 // adminNotLeader refuses an admin change on a node that does not lead
 // (503 not_leader: a client given several addresses moves on): it names
 // the leader when this node knows one, and otherwise says there is none
 // and where to look.
-func (n *Node) adminNotLeader(what string) *api.Error {
-	if id, _ := n.cl.leader(); id != "" && id != n.cfg.Cluster.Name {
+func (cl *clusterNode) adminNotLeader(what string) *api.Error {
+	if id, _ := cl.leader(); id != "" && id != cl.n.cfg.Cluster.Name {
 		return api.NotLeader(string(stage.Raft), "%s: this node is not the leader, %s is; send the command to its address (ticketctl --addr with every node's address finds it)", what, id)
 	}
 	return api.NotLeader(string(stage.Raft), "%s, and there is no leader now: the voters have no quorum or are electing one; "+
 		"`ticketctl cluster health` shows which voters are down (docs/operations.md, \"Cluster health\" and the TckclkNoLeader runbook)", what)
 }
 
-func (n *Node) voterAddr(id string) (raft.ServerAddress, bool) {
-	return n.findServer(id, true)
+func (cl *clusterNode) voterAddr(id string) (raft.ServerAddress, bool) {
+	return cl.findServer(id, true)
 }
 
-func (n *Node) serverAddr(id string) (raft.ServerAddress, bool) {
-	return n.findServer(id, false)
+func (cl *clusterNode) serverAddr(id string) (raft.ServerAddress, bool) {
+	return cl.findServer(id, false)
 }
 
-func (n *Node) findServer(id string, voter bool) (raft.ServerAddress, bool) {
-	f := n.raft().GetConfiguration()
+func (cl *clusterNode) findServer(id string, voter bool) (raft.ServerAddress, bool) {
+	f := cl.n.raft().GetConfiguration()
 	if f.Error() != nil {
 		return "", false
 	}
@@ -138,10 +151,10 @@ func (n *Node) findServer(id string, voter bool) (raft.ServerAddress, bool) {
 // reader ends at the latest with Raft's shutdown (consensus.Raft.Wait: a
 // configuration change that committed just before can be left unanswered
 // by Raft).
-func (n *Node) awaitAdmin(ctx context.Context, f raft.Future, what string) error {
+func (cl *clusterNode) awaitAdmin(ctx context.Context, f raft.Future, what string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	c := n.cons.Load()
+	c := cl.n.cons.Load()
 	if c == nil {
 		return api.Unavailable("", "raft", "%s: raft is not open", what)
 	}
@@ -166,10 +179,13 @@ func (n *Node) awaitAdmin(ctx context.Context, f raft.Future, what string) error
 // triggered, promotes it once it has caught up. The caller waits for that
 // (ticketctl --wait).
 func (n *Node) ReplaceMember(ctx context.Context, old, repl string) (wire.Replaced, error) {
+	return n.mode.replace(ctx, old, repl)
+}
+
+// replace is ReplaceMember in cluster mode.
+func (cl *clusterNode) replace(ctx context.Context, old, repl string) (wire.Replaced, error) {
+	n := cl.n
 	var res wire.Replaced
-	if n.cl == nil {
-		return res, errSingleNode
-	}
 	switch {
 	case cluster.ValidNodeName(old) != nil:
 		return res, api.Refuse(api.KindBadRequest, "bad_request", "old: %v", cluster.ValidNodeName(old))
@@ -180,7 +196,7 @@ func (n *Node) ReplaceMember(ctx context.Context, old, repl string) (wire.Replac
 	}
 	r := n.raft()
 	if r == nil || r.State() != raft.Leader {
-		return res, n.adminNotLeader("members can only be replaced by the leader")
+		return res, cl.adminNotLeader("members can only be replaced by the leader")
 	}
 	f := r.GetConfiguration()
 	if err := f.Error(); err != nil {
@@ -205,7 +221,7 @@ func (n *Node) ReplaceMember(ctx context.Context, old, repl string) (wire.Replac
 	}
 	alive := map[string]bool{}
 	var nm *membership.Member
-	for _, m := range n.cl.mem.Members() {
+	for _, m := range cl.mem.Members() {
 		alive[m.ID] = m.State == membership.StateAlive
 		if m.ID == repl {
 			nm = &m
@@ -230,16 +246,16 @@ func (n *Node) ReplaceMember(ctx context.Context, old, repl string) (wire.Replac
 	if up, left := votersLeft(servers, alive, old); up <= left/2 {
 		return res, api.Refuse(api.KindConflict, "quorum", "removing old %q would leave %d of %d voters alive, no quorum: bring the others back first", old, up, left)
 	}
-	if err := n.cl.proposeRetire(ctx, old); err != nil {
+	if err := cl.proposeRetire(ctx, old); err != nil {
 		return res, api.Unavailable("", "raft", "recording old %q retired: %v", old, err)
 	}
 	if newSuffrage == "" {
-		if err := n.awaitAdmin(ctx, r.AddNonvoter(raft.ServerID(repl), raft.ServerAddress(nm.Meta.MeshAddr), 0, 0), "add new "+repl+" as a non-voter"); err != nil {
+		if err := cl.awaitAdmin(ctx, r.AddNonvoter(raft.ServerID(repl), raft.ServerAddress(nm.Meta.MeshAddr), 0, 0), "add new "+repl+" as a non-voter"); err != nil {
 			return res, err
 		}
 		newSuffrage = "nonvoter"
 	}
-	if rec := n.cl.runner(); rec != nil {
+	if rec := cl.runner(); rec != nil {
 		rec.Trigger()
 	}
 	n.log.Warn("replacing a member: old retired, new joins as a non-voter for the reconciler to promote", "old", old, "new", repl)

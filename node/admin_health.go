@@ -25,7 +25,6 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/api/wire"
-	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/cluster/reconcile"
 )
@@ -42,63 +41,14 @@ const healthMaxLag = reconcile.DefaultMaxLag
 
 // ClusterHealth is GET /v1/cluster/health (api.HealthReporter).
 func (n *Node) ClusterHealth(ctx context.Context) (wire.ClusterHealth, error) {
-	if n.cl != nil {
-		// The mesh, gossip and Raft transport are set before the
-		// consensus is stored: once it is, health may read them.
-		if n.cons.Load() == nil {
-			return wire.ClusterHealth{}, n.notJoinedYet()
-		}
-		return n.cl.health(ctx), nil
-	}
-	return n.singleHealth(), nil
+	return n.mode.health(ctx)
 }
 
 // notJoinedYet is the 503 of a cluster view asked of a node still
 // starting: its mesh, gossip and Raft are not all set up yet.
-func (n *Node) notJoinedYet() *api.Error {
-	cur, _ := n.stage.Get()
+func (cl *clusterNode) notJoinedYet() *api.Error {
+	cur, _ := cl.n.stage.Get()
 	return api.Unavailable(string(cur), "starting", "this node has not joined the cluster yet (stage %s)", cur)
-}
-
-// singleHealth is the single node's answer: one voter, healthy while it
-// serves, which tolerates no failure.
-func (n *Node) singleHealth() wire.ClusterHealth {
-	id := n.cfg.Cluster.Name
-	s := wire.ServerHealth{ID: id, Suffrage: "voter", Clock: n.clockState()}
-	lead := false
-	if r := n.raft(); r != nil {
-		lead = r.State() == raft.Leader
-		idx, zero, lag, term := r.LastIndex(), int64(0), uint64(0), r.CurrentTerm()
-		s.LastIndex, s.LastContactMs, s.LogLag, s.Term = &idx, &zero, &lag, &term
-	}
-	s.Leader = lead
-	if err := n.serving(); err != nil {
-		s.Why = err.Error()
-	}
-	s.Healthy = s.Why == ""
-	h := wire.ClusterHealth{Healthy: s.Healthy, Voters: 1, ServedBy: id, LeaderView: lead, Servers: []wire.ServerHealth{s}}
-	if lead {
-		h.Leader = id
-	}
-	if s.Healthy {
-		h.HealthyVoters = 1
-	}
-	return h
-}
-
-// clockState is this node's clock as the gossip metadata would say it.
-func (n *Node) clockState() string {
-	err := n.guard.Check()
-	var ce *clockhealth.Error
-	switch {
-	case err == nil:
-		return membership.ClockHealthy.String()
-	case errors.As(err, &ce):
-		return membership.ClockFailed.String()
-	case errors.Is(err, clockhealth.ErrClockCheck):
-		return membership.ClockCheck.String()
-	}
-	return "unhealthy"
 }
 
 // serverView is what health gathers about one server.

@@ -69,7 +69,7 @@ func (n *Node) startAPI(ln, healthLn net.Listener) (*apiServer, error) {
 		n.log.Warn("THE API IS REACHABLE BEYOND LOOPBACK WITHOUT TLS OR A CLIENT TOKEN: anyone who can reach it can grant and release tickets; "+
 			"set api.tls and api.token_file, or listen on 127.0.0.1", "addr", ln.Addr().String(), "tls", tlsConf != nil, "client_token", n.secrets.client != nil)
 	}
-	n.log.Info("ticketd starting", "node_id", n.cfg.Cluster.Name, "mode", n.mode(),
+	n.log.Info("ticketd starting", "node_id", n.cfg.Cluster.Name, "mode", n.mode.name(),
 		"data_dir", n.dir.Path(), "delta_ms", n.cfg.Clock.DeltaMs, "clock", n.clockMode(),
 		"api", scheme+"://"+ln.Addr().String(), "client_token", n.secrets.client != nil, "admin_api", n.secrets.admin != nil)
 	if until, cause := n.hold.until, n.hold.cause; !until.IsZero() {

@@ -27,8 +27,8 @@ import (
 // A follower answers not_leader naming the leader; a client given every
 // node's address finds it.
 func (n *Node) Backup(ctx context.Context) (*api.Backup, error) {
-	if n.cl != nil && n.cl.checkRemoved() {
-		return nil, n.cl.removedError()
+	if e := n.mode.removed(); e != nil {
+		return nil, e
 	}
 	cur, reason := n.stage.Get()
 	r := n.raft()
@@ -36,13 +36,13 @@ func (n *Node) Backup(ctx context.Context) (*api.Backup, error) {
 	case cur == stage.Failed || cur == stage.Stopping:
 		return nil, api.Unavailable(string(cur), cmp.Or(reason, string(cur)), "this node takes no backup at stage %s", cur)
 	case r == nil:
-		if n.cl != nil {
-			return nil, n.adminNotLeader("a backup is taken by the leader")
+		if err := n.mode.notLeader("a backup is taken by the leader"); err != nil {
+			return nil, err
 		}
 		return nil, api.Unavailable(string(cur), cmp.Or(reason, string(cur)), "raft is not open yet (stage %s)", cur)
 	case r.State() != raft.Leader:
-		if n.cl != nil {
-			return nil, n.adminNotLeader("a backup is taken by the leader")
+		if err := n.mode.notLeader("a backup is taken by the leader"); err != nil {
+			return nil, err
 		}
 		return nil, api.NotLeader(string(stage.Raft), "this node does not lead yet (stage %s)", cur)
 	}

@@ -70,7 +70,7 @@ func TestClusterBatch(t *testing.T) {
 	lc := tc.nodes[leader]
 	fc := tc.others(leader)[0]
 	waitFor(t, "the follower knows the leader", 10*time.Second, func() bool {
-		_, ok := fc.n.forwardRoute()
+		_, ok := fc.n.mode.route()
 		return ok
 	})
 

@@ -10,7 +10,6 @@ import (
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/api/wire"
 	"github.com/tckclk/tckclk/node/clockhealth"
-	"github.com/tckclk/tckclk/node/datadir"
 	"github.com/tckclk/tckclk/node/stage"
 	"github.com/tckclk/tckclk/protocol"
 )
@@ -133,29 +132,18 @@ var errStopped = errors.New("node: stopped during start-up")
 // clockFailed is the run loop's reaction to a FAILED clock after
 // clock_check (SPEC §3.4, §4), on the run loop's goroutine: the node stops
 // serving at once (stage failed: every write and read is a 503 with the
-// reason; the expiry loop sees the same latch) and records the failure
-// durably so that a restart holds off.
-func (n *Node) clockFailed() {
+// reason; the expiry loop sees the same latch), then its mode records the
+// failure (a single node's hold-off marker; a cluster node retires its
+// NodeId, hands leadership over and stops Raft). A non-nil error is what
+// the run loop returns.
+func (n *Node) clockFailed() error {
 	ce := n.clockErr()
 	reason := "failed"
 	if ce != nil {
 		reason = string(ce.Reason)
 	}
 	n.stage.Set(stage.Failed, reason)
-	if n.cl != nil { // cluster mode: retire, hand leadership over, stop Raft (cluster_failed.go)
-		n.cl.clockFailed(reason)
-		return
-	}
-	if ce == nil {
-		return
-	}
-	if _, err := n.hold.markFailed(ce, n.wall.Now()); err != nil {
-		n.log.Error("clock FAILED but the FAILED marker could not be written: a restart will NOT hold off; keep this node stopped for 250 s + Δ",
-			"dir", n.dir.Path(), "err", err)
-		return
-	}
-	n.log.Error("clock FAILED: recorded in the data dir; a restart refuses Grant and Expire for 250 s + Δ",
-		"marker", datadir.FailedFile, "reason", reason)
+	return n.mode.clockFailed(reason, ce)
 }
 
 // clockErr returns the latched FAILED error, or nil.

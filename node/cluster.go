@@ -2,7 +2,8 @@ package node
 
 // Cluster mode (SPEC §5): the mesh, gossip membership, Raft over
 // the mesh, bootstrap_expect, the leader's reconciler and forwarding. The
-// single-node path never reaches this file: n.cl is nil there.
+// single-node path never reaches this file: only clusterMode (mode_cluster.go)
+// holds a clusterNode.
 
 import (
 	"context"
@@ -712,10 +713,17 @@ func (cl *clusterNode) open(h *clusterHooks) (*consensus.Raft, error) {
 	return cons, nil
 }
 
-// mode is /v1/status's mode.
-func (n *Node) mode() string {
-	if n.cl != nil {
-		return "cluster"
+// aliveNodes counts the cluster's alive members, this node included, for
+// the leader's node shares (waiters.go).
+func (cl *clusterNode) aliveNodes() int {
+	if cl.mem == nil {
+		return 1
 	}
-	return "single-node"
+	alive := 0
+	for _, m := range cl.mem.Members() {
+		if m.ID == cl.n.cfg.Cluster.Name || m.State == membership.StateAlive || m.State == membership.StateSuspect {
+			alive++
+		}
+	}
+	return alive
 }

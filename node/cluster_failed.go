@@ -280,12 +280,11 @@ func (cl *clusterNode) removedError() *api.Error {
 		"this node's NodeId %s was retired and removed from the cluster (ticketctl cluster replace): it serves nothing, forwards nothing; stop it (another node took its place)", cl.n.cfg.Cluster.Name)
 }
 
-// refuseClock is clockRefusal for this node's mode: in cluster mode a
-// FAILED clock retires the NodeId (no restart hold-off applies), and the
-// 503 says so.
-func (n *Node) refuseClock(err error) *api.Error {
+// refuseClock is clockRefusal in cluster mode: a FAILED clock retires the
+// NodeId (no restart hold-off applies), and the 503 says so.
+func refuseClusterClock(err error) *api.Error {
 	var ce *clockhealth.Error
-	if n.cl == nil || !errors.As(err, &ce) {
+	if !errors.As(err, &ce) {
 		return clockRefusal(err)
 	}
 	return api.Unavailable(string(stage.Failed), string(ce.Reason),

@@ -206,9 +206,9 @@ func TestClusterLeaderClockFails(t *testing.T) {
 	tc.names = slices.DeleteFunc(tc.names, func(n string) bool { return n == leader })
 	again := tc.start(leader, nl.gossipAddr(), 0)
 	waitFor(t, "the leader refuses the rejoining "+leader, 10*time.Second, func() bool {
-		nl.n.cl.life.mu.Lock()
-		defer nl.n.cl.life.mu.Unlock()
-		return nl.n.cl.life.logged[leader]
+		clusterOf(nl.n).life.mu.Lock()
+		defer clusterOf(nl.n).life.mu.Unlock()
+		return clusterOf(nl.n).life.logged[leader]
 	})
 	if ids := configIDs(nl); slices.Contains(ids, leader) {
 		t.Fatalf("a retired NodeId was added back: %v", ids)
@@ -315,7 +315,7 @@ func TestClusterLeaderClockFailsAlone(t *testing.T) {
 		}
 	}
 	waitFor(t, leader+" sees the followers gone", 10*time.Second, func() bool { return aliveCount(lc.n) == 1 })
-	if _, ok := lc.n.cl.transferTarget(lc.n.raft()); ok {
+	if _, ok := clusterOf(lc.n).transferTarget(lc.n.raft()); ok {
 		t.Fatal("a transfer target among stopped followers")
 	}
 	lie(t, lc)

@@ -178,12 +178,12 @@ func TestClusterDelayedMeshForms(t *testing.T) {
 			}
 		}
 	})
-	if got := tc.meshNet.Name(tc.nodes["n2"].n.cl.mesh.Addr()); got != "n2" {
+	if got := tc.meshNet.Name(clusterOf(tc.nodes["n2"].n).mesh.Addr()); got != "n2" {
 		t.Fatalf("n2's mesh address resolves to %q", got)
 	}
 	fc := tc.nodes[tc.follower(leader, "")]
 	waitFor(t, "the follower knows the leader", 10*time.Second, func() bool {
-		_, ok := fc.n.forwardRoute()
+		_, ok := fc.n.mode.route()
 		return ok
 	})
 	g, el := grantRetry(t, fc, "slow", "w", 30)

@@ -95,7 +95,7 @@ func (tc *testCluster) leader() string {
 
 // memberMeta is name's metadata as viewer's gossip sees it.
 func memberMeta(viewer *Node, name string) (membership.Meta, bool) {
-	for _, m := range viewer.cl.mem.Members() {
+	for _, m := range clusterOf(viewer).mem.Members() {
 		if m.ID == name {
 			return m.Meta, true
 		}
@@ -232,7 +232,7 @@ func pendingAdds(n *Node) int {
 		return -1
 	}
 	c := 0
-	for _, ch := range reconcile.Plan(reconcile.Input{Leader: n.cfg.Cluster.Name, Members: n.cl.reconcileMembers(rr), Config: servers, Limits: reconcile.DefaultLimits()}) {
+	for _, ch := range reconcile.Plan(reconcile.Input{Leader: n.cfg.Cluster.Name, Members: clusterOf(n).reconcileMembers(rr), Config: servers, Limits: reconcile.DefaultLimits()}) {
 		if ch.Kind == reconcile.AddNonvoter {
 			c++
 		}
@@ -342,22 +342,22 @@ func TestClusterSafeBootstrapAsksPeers(t *testing.T) {
 	var st peerstatus.Status
 	var err error
 	waitFor(t, "n1's peer status", 15*time.Second, func() bool {
-		st, err = x.n.cl.queryPeer(bg, "n1", n1meta.MeshAddr)
+		st, err = clusterOf(x.n).queryPeer(bg, "n1", n1meta.MeshAddr)
 		return err == nil
 	})
 	if !st.HasState || st.LastIndex == 0 {
 		t.Fatalf("n1's peer status: %+v, %v (want Raft state and a log)", st, err)
 	}
-	servers := []raft.Server{{ID: "n1", Address: raft.ServerAddress(n1meta.MeshAddr)}, {ID: "x4", Address: raft.ServerAddress(x.n.cl.mesh.Addr())}}
-	if x.n.cl.safeBootstrap(bg, x.n.cons.Load(), servers) {
+	servers := []raft.Server{{ID: "n1", Address: raft.ServerAddress(n1meta.MeshAddr)}, {ID: "x4", Address: raft.ServerAddress(clusterOf(x.n).mesh.Addr())}}
+	if clusterOf(x.n).safeBootstrap(bg, x.n.cons.Load(), servers) {
 		t.Fatal("safeBootstrap went ahead with a peer holding Raft state")
 	}
-	if why := x.n.cl.bootstrapRefusal(); !strings.Contains(why, "n1 reports existing Raft state") {
+	if why := clusterOf(x.n).bootstrapRefusal(); !strings.Contains(why, "n1 reports existing Raft state") {
 		t.Fatalf("refusal %q", why)
 	}
 	// (A query for an id with a live session uses that session, whatever
 	// the address: it is authenticated as that id.)
-	if _, err := x.n.cl.queryPeer(bg, "n5", n1meta.MeshAddr); err == nil {
+	if _, err := clusterOf(x.n).queryPeer(bg, "n5", n1meta.MeshAddr); err == nil {
 		t.Fatal("a peer-status query to n1's address accepted it as n5")
 	}
 }

@@ -57,13 +57,13 @@ func TestClusterReplace(t *testing.T) {
 	waitFor(t, "the leader sees six alive", 20*time.Second, func() bool { return aliveCount(lc.n) == 6 })
 	waitFor(t, "n6 recorded retired", 20*time.Second, func() bool {
 		l := tc.raftLeader()
-		return l != nil && l.n.cl.proposeRetire(bg, "n6") == nil && l.n.fsm.IsRetired("n6")
+		return l != nil && clusterOf(l.n).proposeRetire(bg, "n6") == nil && l.n.fsm.IsRetired("n6")
 	})
 	want := map[string]raft.ServerSuffrage{"n1": raft.Voter, "n2": raft.Voter, "n3": raft.Voter}
 	// roles is the leader now and a follower voter (leadership may move
 	// under load; each refusal is asked of the leader of the moment).
 	roles := func() (lc, follower *clusterMember) {
-		waitFor(t, "a leader", 20*time.Second, func() bool { lc = tc.raftLeader(); return lc != nil && lc.n.cl.runner() != nil })
+		waitFor(t, "a leader", 20*time.Second, func() bool { lc = tc.raftLeader(); return lc != nil && clusterOf(lc.n).runner() != nil })
 		for _, n := range []string{"n1", "n2", "n3"} {
 			if n != lc.n.cfg.Cluster.Name {
 				return lc, tc.nodes[n]
@@ -181,7 +181,7 @@ func TestClusterReplace(t *testing.T) {
 		t.Fatal("the replaced node forwarded a grant")
 	}
 	// The retired NodeId stays out: another round adds nothing back.
-	if r := nl.n.cl.runner(); r != nil {
+	if r := clusterOf(nl.n).runner(); r != nil {
 		r.Trigger()
 	}
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {

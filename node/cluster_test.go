@@ -214,7 +214,7 @@ func (tc *testCluster) raftTiming() *consensus.Timing {
 }
 
 // gossipAddr is name's gossip address (known once start returned).
-func (cm *clusterMember) gossipAddr() string { return cm.n.cl.mem.LocalAddr() }
+func (cm *clusterMember) gossipAddr() string { return clusterOf(cm.n).mem.LocalAddr() }
 
 // leaders lists the nodes whose status says they lead.
 func (tc *testCluster) leaders() []string {
@@ -253,7 +253,7 @@ func TestClusterThreeNodesForm(t *testing.T) {
 		}
 	}
 	waitFor(t, "the follower knows the leader", 10*time.Second, func() bool {
-		_, ok := follower.n.forwardRoute()
+		_, ok := follower.n.mode.route()
 		return ok
 	})
 	g, err := follower.tn.c.Grant(bg, "job", "worker-1", 30)
@@ -370,7 +370,7 @@ func TestClusterTwoOfThreeDoNotBootstrap(t *testing.T) {
 
 func aliveCount(n *Node) int {
 	c := 0
-	for _, m := range n.cl.mem.Members() {
+	for _, m := range clusterOf(n).mem.Members() {
 		if m.State == membership.StateAlive {
 			c++
 		}

@@ -178,7 +178,7 @@ func TestCrashFailoverKilledLeader(t *testing.T) {
 	}
 	shortened := 0.0
 	for _, cm := range others {
-		shortened += counterOf(t, cm.n.cl.crash, "shortened")
+		shortened += counterOf(t, clusterOf(cm.n).crash, "shortened")
 	}
 	if shortened == 0 {
 		t.Fatal("no follower shortened its heartbeat timeout")
@@ -216,7 +216,7 @@ func TestCrashFailoverPartitionWaitsHeartbeat(t *testing.T) {
 		t.Fatalf("a leader was elected %v after the partition, before the heartbeat timeout (%v)", took, crashTiming().Heartbeat)
 	}
 	for _, cm := range others {
-		if n := counterOf(t, cm.n.cl.crash, "shortened"); n != 0 {
+		if n := counterOf(t, clusterOf(cm.n).crash, "shortened"); n != 0 {
 			t.Fatalf("%s shortened its heartbeat timeout %v times without a session end", cm.n.cfg.Cluster.Name, n)
 		}
 	}
@@ -249,14 +249,14 @@ func TestCrashFailoverLiveLeaderUndisturbed(t *testing.T) {
 	lc := tc.nodes[leader]
 	f := tc.follower(leader, "")
 	fc := tc.nodes[f]
-	shortened := counterOf(t, fc.n.cl.crash, "shortened")
+	shortened := counterOf(t, clusterOf(fc.n).crash, "shortened")
 	// Bounded observation: for more than a heartbeat timeout (500 ms)
 	// after f lost the leader, f shortens and stands, its pre-vote is
 	// refused, and the leader keeps granting. A reset can miss the session
 	// f follows the leader on (a second session between them, kept by the
 	// mesh's tie-break, carries on until the cut starves it, and f then
 	// stands on its plain heartbeat timeout): up to three cuts.
-	for attempt := 0; attempt < 3 && counterOf(t, fc.n.cl.crash, "shortened") == shortened; attempt++ {
+	for attempt := 0; attempt < 3 && counterOf(t, clusterOf(fc.n).crash, "shortened") == shortened; attempt++ {
 		if attempt > 0 {
 			meshNet.HealAll()
 			waitFor(t, f+" follows the leader again", 20*time.Second, func() bool {
@@ -272,7 +272,7 @@ func TestCrashFailoverLiveLeaderUndisturbed(t *testing.T) {
 			time.Sleep(50 * time.Millisecond) // pacing of a bounded observation
 		}
 	}
-	if got := counterOf(t, fc.n.cl.crash, "shortened"); got == shortened {
+	if got := counterOf(t, clusterOf(fc.n).crash, "shortened"); got == shortened {
 		t.Fatalf("%s, cut off from the leader after a reset (three times), never shortened its heartbeat timeout", f)
 	}
 	meshNet.HealAll()

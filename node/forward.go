@@ -116,12 +116,7 @@ func (f *forwarder) forwardsTo() string {
 // ForwardsTo (api.LeaderHinter): in cluster mode on a node that forwards
 // ticket ops, the leader's NodeId; the API names it in wire.LeaderHeader
 // so that a client with several addresses can go to the leader itself.
-func (n *Node) ForwardsTo() string {
-	if n.cl == nil {
-		return ""
-	}
-	return n.cl.fwd.forwardsTo()
-}
+func (n *Node) ForwardsTo() string { return n.mode.forwardsTo() }
 
 // forwarded is the forward.Handler: this node's own local operations. A
 // wait holds a slot of peer's share (waiters.go).
@@ -282,11 +277,25 @@ func (f *forwarder) forwardList(ctx context.Context, c *forward.Client, prefix s
 	return out, resp.List.Truncated, nil
 }
 
-// forwardRoute: in cluster mode on a follower that knows the leader, the
-// client to forward with.
-func (n *Node) forwardRoute() (*forward.Client, bool) {
-	if n.cl == nil {
-		return nil, false
-	}
-	return n.cl.fwd.route()
+// routed is the leader's ticket operations through the forwarding
+// client c (mode.route).
+type routed struct {
+	f *forwarder
+	c *forward.Client
+}
+
+func (r routed) Write(ctx context.Context, w api.Write) (api.Written, error) {
+	return r.f.forwardWrite(ctx, r.c, w)
+}
+
+func (r routed) Get(ctx context.Context, name string) (ticket.Ticket, bool, error) {
+	return r.f.forwardGet(ctx, r.c, name)
+}
+
+func (r routed) Watch(ctx context.Context, name string, index uint64, wait time.Duration) (ticket.Ticket, bool, uint64, error) {
+	return r.f.forwardWatch(ctx, r.c, name, index, wait)
+}
+
+func (r routed) List(ctx context.Context, prefix string, limit int) ([]ticket.Ticket, bool, error) {
+	return r.f.forwardList(ctx, r.c, prefix, limit)
 }

@@ -190,3 +190,12 @@ func writeFile(t testing.TB, dir, name, content string, mode os.FileMode) string
 	}
 	return p
 }
+
+// clusterOf is a cluster node's cluster half, for tests that look inside
+// it (nil for a single node).
+func clusterOf(n *Node) *clusterNode {
+	if m, ok := n.mode.(clusterMode); ok {
+		return m.cl
+	}
+	return nil
+}

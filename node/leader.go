@@ -74,11 +74,8 @@ func (n *Node) lead(ctx context.Context) {
 	defer n.waits.endTerm() // waits of this term end with a 503 (SPEC §4.2)
 	n.log.Info("leader ready", "term", term, "applied_index", n.raft().AppliedIndex(), "tickets", n.fsm.Len(),
 		"delta_ms", n.fsm.Delta(), "replay", time.Since(start).Round(time.Millisecond))
-	if n.cl != nil {
-		var wg sync.WaitGroup
-		wg.Go(func() { n.cl.lead(ctx) })
-		wg.Go(func() { n.cl.retireWatch(ctx) }) // SPEC §3.4 (cluster_failed.go)
-		defer wg.Wait()
-	}
+	var wg sync.WaitGroup
+	wg.Go(func() { n.mode.lead(ctx) }) // a cluster's reconciler and retire watch
+	defer wg.Wait()
 	n.expiryLoop(ctx)
 }

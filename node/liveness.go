@@ -21,37 +21,44 @@ func (n *Node) Liveness() wire.Health {
 	if ce := n.clockErr(); ce != nil {
 		return fail("clock", ce.Error())
 	}
-	if n.cl == nil {
-		return h
-	}
-	lc := &n.cfg.Cluster.Liveness // cluster.liveness.* (config_liveness.go)
-	if mem := n.cl.mem; mem != nil && time.Since(n.started) > lc.BootGrace {
-		if s := mem.HealthScore(); s >= lc.MaxHealthScore {
-			return fail("gossip", fmt.Sprintf("gossip health score %d (≥ cluster.liveness.max_health_score %d: this node misses its own probe deadlines)", s, lc.MaxHealthScore))
-		}
-	}
-	r := n.raft()
-	if r == nil || r.State() == raft.Leader || r.State() == raft.Shutdown {
-		return h
-	}
-	limit, key := lc.VoterLastContact, "voter_last_contact"
-	if !n.isVoter(r) {
-		limit, key = lc.StandbyLastContact, "standby_last_contact"
-	}
-	if last := r.LastContact(); !last.IsZero() && time.Since(last) > limit {
-		return fail("raft", fmt.Sprintf("raft last contact with the leader %v ago (cluster.liveness.%s %v)", time.Since(last).Round(100*time.Millisecond), key, limit))
+	if reason, detail := n.mode.liveness(); reason != "" {
+		return fail(reason, detail)
 	}
 	return h
 }
 
+// liveness is the cluster's part of /livez: the gossip health score
+// (after a boot grace) and Raft last contact; "" when live.
+func (cl *clusterNode) liveness() (reason, detail string) {
+	n := cl.n
+	lc := &n.cfg.Cluster.Liveness // cluster.liveness.* (cluster/config.go)
+	if mem := cl.mem; mem != nil && time.Since(n.started) > lc.BootGrace {
+		if s := mem.HealthScore(); s >= lc.MaxHealthScore {
+			return "gossip", fmt.Sprintf("gossip health score %d (≥ cluster.liveness.max_health_score %d: this node misses its own probe deadlines)", s, lc.MaxHealthScore)
+		}
+	}
+	r := n.raft()
+	if r == nil || r.State() == raft.Leader || r.State() == raft.Shutdown {
+		return "", ""
+	}
+	limit, key := lc.VoterLastContact, "voter_last_contact"
+	if !cl.isVoter(r) {
+		limit, key = lc.StandbyLastContact, "standby_last_contact"
+	}
+	if last := r.LastContact(); !last.IsZero() && time.Since(last) > limit {
+		return "raft", fmt.Sprintf("raft last contact with the leader %v ago (cluster.liveness.%s %v)", time.Since(last).Round(100*time.Millisecond), key, limit)
+	}
+	return "", ""
+}
+
 // isVoter reports whether this node is a voter in the configuration.
-func (n *Node) isVoter(r *raft.Raft) bool {
+func (cl *clusterNode) isVoter(r *raft.Raft) bool {
 	f := r.GetConfiguration()
 	if f.Error() != nil {
 		return true
 	}
 	for _, s := range f.Configuration().Servers {
-		if string(s.ID) == n.cfg.Cluster.Name {
+		if string(s.ID) == cl.n.cfg.Cluster.Name {
 			return s.Suffrage == raft.Voter
 		}
 	}

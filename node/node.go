@@ -98,7 +98,7 @@ type Node struct {
 	secrets apiSecrets
 	fsm     *ticket.FSM
 	cons    atomic.Pointer[consensus.Raft] // nil until Raft is open; HTTP handlers read it concurrently
-	cl      *clusterNode                   // cluster mode only (cluster.go); nil for a single node
+	mode    mode                           // single node or cluster (mode.go)
 	notify  chan bool
 	metrics *api.Metrics
 	waits   *waitHub // blocking grants and watches (waiters.go)
@@ -166,7 +166,7 @@ func newNode(cfg Config, deps *Deps, hooks testHooks) (*Node, error) {
 			"node_id", n.cfg.Cluster.Name, "bootstrap_expect", n.cfg.Cluster.Raft.BootstrapExpect)
 		n.cfg.Cluster.Raft.BootstrapExpect = 0
 	}
-	n.waits = newWaitHub(n.cfg.Cluster.Name, cfg.API, n.aliveNodes)
+	n.waits = newWaitHub(n.cfg.Cluster.Name, cfg.API, func() int { return n.mode.aliveNodes() })
 	n.fsm.OnChange(n.waits.changed)
 	if n.hold, err = openHoldOff(n.dir, n.wall.Now(), deps.HoldOffUntil, cfg.Clock.DeltaMs); err != nil {
 		n.dir.Close()
@@ -185,11 +185,14 @@ func newNode(cfg Config, deps *Deps, hooks testHooks) (*Node, error) {
 		n.dir.Close()
 		return nil, err
 	}
+	n.mode = singleMode{n: n, tr: deps.Transport}
 	if cfg.Cluster.Enabled {
-		if n.cl, err = n.loadCluster(); err != nil {
+		cl, err := n.loadCluster()
+		if err != nil {
 			n.dir.Close()
 			return nil, err
 		}
+		n.mode = clusterMode{n: n, cl: cl, hooks: hooks.cluster}
 	}
 	return n, nil
 }
@@ -215,13 +218,11 @@ func (n *Node) run(ctx context.Context, deps *Deps, hooks testHooks) (err error)
 		defer stopWatch()
 	}
 
-	var failed, reused <-chan struct{}
+	var failed <-chan struct{}
 	if f, ok := n.guard.(interface{ Failed() <-chan struct{} }); ok {
 		failed = f.Failed()
 	}
-	if n.cl != nil {
-		reused = n.cl.life.reused // the cluster holds this NodeId retired (cluster_generation.go)
-	}
+	reused := n.mode.reused() // the cluster holds this NodeId retired (cluster_generation.go)
 	if n.mon != nil {
 		if err := n.mon.Start(); err != nil {
 			return err
@@ -244,13 +245,8 @@ func (n *Node) run(ctx context.Context, deps *Deps, hooks testHooks) (err error)
 	}
 
 	n.stage.Set(stage.Raft, "opening the data dir")
-	var cons *consensus.Raft
-	if n.cl != nil {
-		defer n.cl.close() // after Raft closed (deferred calls run last in, first out)
-		cons, err = n.cl.open(hooks.cluster)
-	} else {
-		cons, err = n.openConsensus(deps.Transport)
-	}
+	defer n.mode.close() // after Raft closed (deferred calls run last in, first out)
+	cons, err := n.mode.open()
 	if err != nil {
 		n.stage.Set(stage.Failed, err.Error())
 		return err
@@ -266,21 +262,17 @@ func (n *Node) run(ctx context.Context, deps *Deps, hooks testHooks) (err error)
 	// instead of running out its enqueue timeout.
 	defer func() {
 		stop()
-		if n.cl != nil {
-			n.cl.noteStop() // before Raft closes: does this voter keep its vote?
-		}
+		n.mode.noteStop() // before Raft closes: does a cluster voter keep its vote?
 		if cerr := cons.Close(); cerr != nil && err == nil {
 			err = cerr
 		}
 		wg.Wait()
 	}()
-	if n.cl != nil {
-		// Bootstrap and the forward server stop before Raft closes.
-		cctx, cstop := context.WithCancel(lctx)
-		cdone := make(chan struct{})
-		go func() { defer close(cdone); n.cl.run(cctx, cons) }()
-		defer func() { cstop(); <-cdone }()
-	}
+	// The cluster's bootstrap and forward server stop before Raft closes.
+	mctx, mstop := context.WithCancel(lctx)
+	mdone := make(chan struct{})
+	go func() { defer close(mdone); n.mode.run(mctx, cons) }()
+	defer func() { mstop(); <-mdone }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -290,9 +282,7 @@ func (n *Node) run(ctx context.Context, deps *Deps, hooks testHooks) (err error)
 			// and gossip ends — without a leave message for a voter, which
 			// keeps its vote (the deferred calls).
 			n.stage.Set(stage.Stopping, "")
-			if n.cl != nil {
-				n.handOffLeadership()
-			}
+			n.mode.handOff()
 			n.waits.close() // waits end with a 503 the client retries elsewhere
 			srv.stop()
 			return nil
@@ -305,18 +295,17 @@ func (n *Node) run(ctx context.Context, deps *Deps, hooks testHooks) (err error)
 			return fmt.Errorf("node: API server: %w", err)
 		case <-failed:
 			failed = nil // once; FAILED is terminal
-			n.clockFailed()
-			if n.cl != nil {
-				// SPEC §3.4: a FAILED cluster node exits non-zero once it
-				// has handed off leadership, written its marker and shut
-				// Raft down, so that its supervisor starts it again
-				// (generation.go: as the next generation, or refused).
-				// A single node serves 503s until stopped.
-				return n.failedExit()
+			// SPEC §3.4: a FAILED cluster node exits non-zero once it
+			// has handed off leadership, written its marker and shut
+			// Raft down, so that its supervisor starts it again
+			// (generation.go: as the next generation, or refused). A
+			// single node serves 503s until stopped.
+			if err := n.clockFailed(); err != nil {
+				return err
 			}
 		case <-reused:
 			n.stage.Set(stage.Removed, reasonRemoved)
-			return n.cl.reusedExit()
+			return n.mode.reusedExit()
 		case <-deps.Reload:
 			n.reload(deps.ReloadConfig)
 		}
@@ -330,23 +319,6 @@ func (n *Node) failedExit() error {
 		return ce
 	}
 	return errors.New("node: clock FAILED")
-}
-
-// openConsensus opens Raft on the data dir: a single voter that bootstraps
-// itself when the dir holds no state.
-func (n *Node) openConsensus(tr raft.Transport) (*consensus.Raft, error) {
-	id := n.cfg.Cluster.Name
-	addr := raft.ServerAddress(id)
-	if tr != nil {
-		addr = tr.LocalAddr()
-	}
-	return consensus.Open(consensus.Options{
-		Dir: n.dir, FSM: n.fsm, LocalID: id, Transport: tr, RequireVoter: true,
-		Bootstrap:         &raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: addr}}},
-		Timing:            consensus.SingleNodeTiming(),
-		SnapshotThreshold: n.cfg.Cluster.Raft.SnapshotThreshold, SnapshotInterval: n.cfg.Cluster.Raft.SnapshotInterval,
-		TrailingLogs: n.cfg.Cluster.Raft.TrailingLogs, LogStore: n.cfg.Cluster.Raft.LogStore, Notify: n.notify, Logger: n.log,
-	})
 }
 
 // clockMode describes the clock the node runs on, for the start-up log.

@@ -26,8 +26,8 @@ func (n *Node) readable(ctx context.Context) error {
 // Get is a linearizable read of one ticket (api.Backend); a cluster
 // follower forwards it to the leader.
 func (n *Node) Get(ctx context.Context, name string) (ticket.Ticket, bool, error) {
-	if c, ok := n.forwardRoute(); ok {
-		return n.cl.fwd.forwardGet(ctx, c, name)
+	if leader, ok := n.mode.route(); ok {
+		return leader.Get(ctx, name)
 	}
 	return n.getLocal(ctx, name)
 }
@@ -35,8 +35,8 @@ func (n *Node) Get(ctx context.Context, name string) (ticket.Ticket, bool, error
 // Watch is the blocking read of SPEC §4.2 (api.Watcher); a cluster
 // follower forwards it to the leader.
 func (n *Node) Watch(ctx context.Context, name string, index uint64, wait time.Duration) (ticket.Ticket, bool, uint64, error) {
-	if c, ok := n.forwardRoute(); ok {
-		return n.cl.fwd.forwardWatch(ctx, c, name, index, wait)
+	if leader, ok := n.mode.route(); ok {
+		return leader.Watch(ctx, name, index, wait)
 	}
 	return n.watchLocal(ctx, name, index, wait)
 }
@@ -52,8 +52,8 @@ func (n *Node) getLocal(ctx context.Context, name string) (ticket.Ticket, bool, 
 // List is a linearizable read of tickets by prefix (api.Backend); a
 // cluster follower forwards it to the leader.
 func (n *Node) List(ctx context.Context, prefix string, limit int) ([]ticket.Ticket, bool, error) {
-	if c, ok := n.forwardRoute(); ok {
-		return n.cl.fwd.forwardList(ctx, c, prefix, limit)
+	if leader, ok := n.mode.route(); ok {
+		return leader.List(ctx, prefix, limit)
 	}
 	return n.listLocal(ctx, prefix, limit)
 }

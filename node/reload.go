@@ -15,13 +15,14 @@ func (n *Node) reload(read func() (Config, error)) {
 		n.log.Error("reload refused: the configuration does not load; the running one stays", "err", err)
 		return
 	}
-	if n.cl == nil {
-		n.log.Info("reload: nothing to reload in single-node mode (restart to apply other changes)")
+	n.mode.reload(cfg)
+}
+
+// reload replaces the trust map (cluster.internode.trusted_peer_keys).
+func (cl *clusterNode) reload(cfg Config) {
+	if err := cl.trust.Replace(cfg.Cluster.Internode.TrustedPeerKeys); err != nil {
+		cl.n.log.Error("reload refused: the new trust map is invalid; the old one stays", "err", err)
 		return
 	}
-	if err := n.cl.trust.Replace(cfg.Cluster.Internode.TrustedPeerKeys); err != nil {
-		n.log.Error("reload refused: the new trust map is invalid; the old one stays", "err", err)
-		return
-	}
-	n.log.Info("reload: trust map replaced (other changes need a restart)", "peers", len(cfg.Cluster.Internode.TrustedPeerKeys))
+	cl.n.log.Info("reload: trust map replaced (other changes need a restart)", "peers", len(cfg.Cluster.Internode.TrustedPeerKeys))
 }

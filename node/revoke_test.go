@@ -165,7 +165,7 @@ func TestRevokeThroughFollower(t *testing.T) {
 	leader := tc.leader()
 	fc := tc.others(leader)[0]
 	waitFor(t, "the follower knows the leader", 10*time.Second, func() bool {
-		_, ok := fc.n.forwardRoute()
+		_, ok := fc.n.mode.route()
 		return ok
 	})
 	c, err := client.New(fc.tn.url, client.WithAdminToken(adminTok), client.WithFailover(0))

@@ -16,14 +16,14 @@ import (
 
 // serving returns nil when this node may take a client request.
 func (n *Node) serving() error {
-	if n.cl != nil && n.cl.checkRemoved() {
-		return n.cl.removedError()
+	if e := n.mode.removed(); e != nil {
+		return e
 	}
 	cur, reason := n.stage.Get()
 	if cur != stage.Ready {
 		if cur == stage.Failed {
 			if err := n.guard.Check(); err != nil {
-				return n.refuseClock(err) // cluster mode says retired (cluster_failed.go)
+				return n.mode.refuseClock(err) // cluster mode says retired (cluster_failed.go)
 			}
 		}
 		if reason == "" {
@@ -41,7 +41,7 @@ func (n *Node) serving() error {
 // clockOK is the pre-proposal clock check (SPEC §3.2) as an API answer.
 func (n *Node) clockOK() error {
 	if err := n.guard.Check(); err != nil {
-		return n.refuseClock(err) // cluster mode says retired (cluster_failed.go)
+		return n.mode.refuseClock(err) // cluster mode says retired (cluster_failed.go)
 	}
 	return nil
 }
@@ -54,19 +54,13 @@ func (n *Node) clockOK() error {
 func (n *Node) Readiness() wire.Health {
 	cur, reason := n.stage.Get()
 	h := wire.Health{Status: "unavailable", DevReference: n.mon != nil && n.cfg.Clock.DevReference}
-	notLeader := func() bool { return n.serving() != nil }
-	if n.cl != nil {
-		switch cur {
-		case stage.Raft, stage.Replay, stage.Uniform, stage.Ready, stage.HoldOff:
-			// SPEC §3.5: uniform, then ready while a leader is known
-			// (followers forward); the clock and hold-off checks follow.
-			cur, reason, h.Detail = n.cl.readiness(reason)
-			notLeader = func() bool { return false }
-		}
-	}
+	// A cluster node (SPEC §3.5): uniform, then ready while a leader is
+	// known (followers forward); the clock and hold-off checks follow.
+	var leaderKnown bool
+	cur, reason, h.Detail, leaderKnown = n.mode.readiness(cur, reason)
 	switch cur {
 	case stage.Ready:
-		if notLeader() {
+		if !leaderKnown && n.serving() != nil {
 			cur, reason = stage.Raft, "not the leader of the current term"
 		} else if err := n.clockOK(); err != nil {
 			var ae *api.Error
@@ -82,7 +76,9 @@ func (n *Node) Readiness() wire.Health {
 			h.Status = "ok"
 		}
 	case stage.Removed:
-		h.Detail = n.cl.removedError().Message
+		if e := n.mode.removed(); e != nil {
+			h.Detail = e.Message
+		}
 	case stage.Failed:
 		if ce := n.clockErr(); ce != nil {
 			reason, h.Detail = string(ce.Reason), ce.Error()
@@ -101,7 +97,7 @@ func (n *Node) Readiness() wire.Health {
 func (n *Node) Status(ctx context.Context) wire.Status {
 	h := n.Readiness()
 	st := wire.Status{
-		NodeID: n.cfg.Cluster.Name, Mode: n.mode(), Stage: h.Stage, Ready: h.Status == "ok", Reason: h.Reason,
+		NodeID: n.cfg.Cluster.Name, Mode: n.mode.name(), Stage: h.Stage, Ready: h.Status == "ok", Reason: h.Reason,
 		DeltaMs: n.fsm.Delta(), TicketsActive: n.fsm.Len(), HoldOffCause: n.hold.cause,
 	}
 	if st.DeltaMs == 0 {
@@ -112,16 +108,12 @@ func (n *Node) Status(ctx context.Context) wire.Status {
 	}
 	if r := n.raft(); r != nil {
 		st.Role = roleName(r.State())
-		_, leader := r.LeaderWithID()
-		st.Leader = string(leader)
-		if n.cl != nil {
-			st.Leader, _ = n.cl.leader() // a non-voter outside the configuration: the one its voters name
-		}
+		st.Leader = n.mode.leader() // a cluster non-voter outside the configuration: the one its voters name
 		st.Raft = wire.RaftStatus{Term: r.CurrentTerm(), LastIndex: r.LastIndex(), CommitIndex: r.CommitIndex(), AppliedIndex: r.AppliedIndex()}
 		st.Raft.LastSnapshotIndex, _ = strconv.ParseUint(r.Stats()["last_snapshot_index"], 10, 64)
-	} else if n.cl != nil && !n.cl.eligible() {
+	} else if n.mode.gossipOnly() {
 		st.Role = "client" // a gossip-only client: no Raft, forwards to the leader
-		st.Leader, _ = n.cl.leader()
+		st.Leader = n.mode.leader()
 	} else {
 		st.Role = "starting"
 	}

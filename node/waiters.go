@@ -27,7 +27,6 @@ import (
 	"time"
 
 	"github.com/tckclk/tckclk/node/api"
-	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/stage"
 	"github.com/tckclk/tckclk/node/ticket"
 )
@@ -361,21 +360,6 @@ func (h *waitHub) counts() (waiters, watchers int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.waits.n, h.watches.n
-}
-
-// aliveNodes counts the cluster's alive members, this node included, for
-// the leader's node shares (1 for a single node).
-func (n *Node) aliveNodes() int {
-	if n.cl == nil || n.cl.mem == nil {
-		return 1
-	}
-	alive := 0
-	for _, m := range n.cl.mem.Members() {
-		if m.ID == n.cfg.Cluster.Name || m.State == membership.StateAlive || m.State == membership.StateSuspect {
-			alive++
-		}
-	}
-	return alive
 }
 
 // originKey marks a wait forwarded to this leader with the node it came

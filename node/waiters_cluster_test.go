@@ -26,7 +26,7 @@ func TestClusterGrantWaitForwarded(t *testing.T) {
 		}
 	}
 	waitFor(t, "the follower knows the leader", 10*time.Second, func() bool {
-		_, ok := fc.n.forwardRoute()
+		_, ok := fc.n.mode.route()
 		return ok
 	})
 	held, err := lc.tn.c.Grant(bg, "job", "h0", 30)
@@ -154,7 +154,7 @@ func TestClusterWaitShares(t *testing.T) {
 	busy, other := fs[0], fs[1]
 	busyID := busy.n.cfg.Cluster.Name
 	for _, f := range fs {
-		waitFor(t, "the followers to know the leader", 10*time.Second, func() bool { _, ok := f.n.forwardRoute(); return ok })
+		waitFor(t, "the followers to know the leader", 10*time.Second, func() bool { _, ok := f.n.mode.route(); return ok })
 	}
 	for i := range 20 {
 		if _, err := lc.tn.c.Grant(bg, fmt.Sprint("t", i), "h0", 60); err != nil {

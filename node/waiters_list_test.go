@@ -22,7 +22,7 @@ func TestListShowsWaiters(t *testing.T) {
 		}
 	}
 	waitFor(t, "the follower knows the leader", 10*time.Second, func() bool {
-		_, ok := fc.n.forwardRoute()
+		_, ok := fc.n.mode.route()
 		return ok
 	})
 	for _, name := range []string{"job", "quiet"} {

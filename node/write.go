@@ -15,8 +15,8 @@ import (
 // Write proposes a Grant, Renew, Release or Revoke (api.Backend); a
 // cluster follower forwards it to the leader.
 func (n *Node) Write(ctx context.Context, w api.Write) (api.Written, error) {
-	if c, ok := n.forwardRoute(); ok {
-		return n.cl.fwd.forwardWrite(ctx, c, w)
+	if leader, ok := n.mode.route(); ok {
+		return leader.Write(ctx, w)
 	}
 	return n.writeLocal(ctx, w)
 }

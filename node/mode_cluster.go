@@ -1,0 +1,119 @@
+package node
+
+import (
+	"context"
+	"sync"
+
+	"github.com/tckclk/tckclk/node/api"
+	"github.com/tckclk/tckclk/node/api/wire"
+	"github.com/tckclk/tckclk/node/clockhealth"
+	"github.com/tckclk/tckclk/node/consensus"
+	"github.com/tckclk/tckclk/node/stage"
+)
+
+// clusterMode is cluster mode (SPEC §5) as the node's mode: the cluster
+// half, clusterNode (cluster.go and the cluster_*.go files), behind the
+// mode interface.
+type clusterMode struct {
+	n     *Node
+	cl    *clusterNode
+	hooks *clusterHooks // tests: the cluster libraries' tuning
+}
+
+func (clusterMode) name() string { return "cluster" }
+
+// open is cluster start-up after clock_check: the mesh, Raft over it and
+// gossip.
+func (m clusterMode) open() (*consensus.Raft, error) { return m.cl.open(m.hooks) }
+
+// close ends the gossip (without a leave message for a voter that keeps
+// its vote) and closes the mesh.
+func (m clusterMode) close() { m.cl.close() }
+
+// run serves forwarded requests and peer-status queries and drives
+// bootstrap until ctx ends.
+func (m clusterMode) run(ctx context.Context, cons *consensus.Raft) { m.cl.run(ctx, cons) }
+
+func (m clusterMode) noteStop() { m.cl.noteStop() }
+
+// handOff transfers a leader's leadership to another voter (shutdown.go).
+func (m clusterMode) handOff() { m.n.handOffLeadership() }
+
+// lead runs the reconciler and the retire watch (SPEC §3.4) while this
+// node leads.
+func (m clusterMode) lead(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { m.cl.lead(ctx) })
+	wg.Go(func() { m.cl.retireWatch(ctx) }) // cluster_failed.go
+	wg.Wait()
+}
+
+// clockFailed retires this NodeId, hands leadership over and shuts Raft
+// down (cluster_failed.go); the run loop then returns the clock error.
+func (m clusterMode) clockFailed(reason string, _ *clockhealth.Error) error {
+	m.cl.clockFailed(reason)
+	return m.n.failedExit()
+}
+
+func (clusterMode) refuseClock(err error) *api.Error { return refuseClusterClock(err) }
+func (m clusterMode) reused() <-chan struct{}        { return m.cl.life.reused }
+func (m clusterMode) reusedExit() error              { return m.cl.reusedExit() }
+
+func (m clusterMode) removed() *api.Error {
+	if m.cl.checkRemoved() {
+		return m.cl.removedError()
+	}
+	return nil
+}
+
+// readiness: from raft on, uniform and then a known leader decide
+// (cluster_ready.go).
+func (m clusterMode) readiness(cur stage.Stage, reason string) (stage.Stage, string, string, bool) {
+	switch cur {
+	case stage.Raft, stage.Replay, stage.Uniform, stage.Ready, stage.HoldOff:
+		s, r, detail := m.cl.readiness(reason)
+		return s, r, detail, true
+	}
+	return cur, reason, "", false
+}
+
+func (m clusterMode) liveness() (string, string) { return m.cl.liveness() }
+
+func (m clusterMode) leader() string {
+	id, _ := m.cl.leader()
+	return id
+}
+
+func (m clusterMode) gossipOnly() bool { return !m.cl.eligible() }
+
+func (m clusterMode) route() (ticketOps, bool) {
+	c, ok := m.cl.fwd.route()
+	if !ok {
+		return nil, false
+	}
+	return routed{f: &m.cl.fwd, c: c}, true
+}
+
+func (m clusterMode) forwardsTo() string { return m.cl.fwd.forwardsTo() }
+func (m clusterMode) aliveNodes() int    { return m.cl.aliveNodes() }
+
+func (m clusterMode) members() (wire.Members, error) { return m.cl.members() }
+
+func (m clusterMode) health(ctx context.Context) (wire.ClusterHealth, error) {
+	// The mesh, gossip and Raft transport are set before the consensus
+	// is stored: once it is, health may read them.
+	if m.n.cons.Load() == nil {
+		return wire.ClusterHealth{}, m.cl.notJoinedYet()
+	}
+	return m.cl.health(ctx), nil
+}
+
+func (m clusterMode) transfer(ctx context.Context, to string) error { return m.cl.transfer(ctx, to) }
+func (m clusterMode) remove(ctx context.Context, id string) error   { return m.cl.remove(ctx, id) }
+
+func (m clusterMode) replace(ctx context.Context, old, repl string) (wire.Replaced, error) {
+	return m.cl.replace(ctx, old, repl)
+}
+
+func (m clusterMode) notLeader(what string) error { return m.cl.adminNotLeader(what) }
+func (m clusterMode) reload(cfg Config)           { m.cl.reload(cfg) }
