@@ -8,16 +8,23 @@
 // buffer up to the first LF, issues no read after it (bytes after the LF
 // that arrived in the same segment are discarded, never answered), answers
 // only what protocol.ParseRequest accepts, writes one line and closes.
-// Anything else is closed without a byte and counted under its SPEC §1.5
+// Anything else is reset without a byte and counted under its SPEC §1.5
 // reason. A connection must deliver its line within read_timeout_ms
 // (default 2 s, at most 10 s); at most max_conns are held, further ones are
-// closed at once. A held connection costs one goroutine (2 KiB stack) and
-// its socket; it takes a pooled fixed buffer only when the socket is
-// readable and reads the first bytes straight into it (a read that finds
-// nothing gives the buffer back before waiting again), so silent
-// connections hold no buffer and an exchange costs no extra syscall. Nothing
-// grows with what clients send. Shutdown stops accepting, fails /readyz and
-// lets held connections finish their exchange.
+// reset at once. A connection the agent drops unanswered always ends with a
+// TCP reset (SO_LINGER 0), never a FIN: a node whose request was not read
+// yet sees "connection reset" (io, an incomplete exchange it tries again
+// within its burst, SPEC §3.1), where a clean EOF before any byte would read
+// as a missing LF, format (§1.1) — a lying agent's reason (§3.4). The
+// answered connection alone ends with a FIN after its line. A held
+// connection costs one goroutine (2 KiB stack) and its socket; it takes a
+// pooled fixed buffer only when the socket is readable and reads the first
+// bytes straight into it (a read that finds nothing gives the buffer back
+// before waiting again), so silent connections hold no buffer and an
+// exchange costs no extra syscall. Nothing grows with what clients send. Shutdown stops accepting (the kernel resets
+// connections still in the listen queue), fails /readyz and lets held
+// connections finish their exchange; those still held at
+// shutdown_timeout_ms are reset.
 //
 // # Uncertainty model (SPEC §2.1)
 //

@@ -26,7 +26,7 @@ type Answerer interface {
 const (
 	ResultSynced   = "synced"   // answered with synced=1
 	ResultUnsynced = "unsynced" // answered with synced=0
-	ResultOverload = "overload" // closed at once: max_conns reached
+	ResultOverload = "overload" // reset at once: max_conns reached
 )
 
 // ServerObserver receives the outcome of every connection (metrics).
@@ -40,12 +40,14 @@ type ServerObserver interface {
 type ServerConfig struct {
 	ReadTimeout  time.Duration // a connection must deliver its line within this (SPEC §2.1)
 	WriteTimeout time.Duration // the answer must be written within this
-	MaxConns     int           // connections beyond this are closed at once
+	MaxConns     int           // connections beyond this are reset at once
 }
 
 // Server answers TCKCLK/2 on a TCP listener: one exchange per connection
 // (SPEC §1.1), answers only requests protocol.ParseRequest accepts, never
-// issues a read after the first LF, closes after the answer.
+// issues a read after the first LF, closes after the answer. A connection
+// it does not answer — over max_conns, an invalid request, the read
+// timeout, a shutdown past its deadline — ends with a TCP reset (see drop).
 type Server struct {
 	cfg    ServerConfig
 	ans    Answerer
@@ -62,12 +64,14 @@ type Server struct {
 	mu       sync.Mutex
 	ln       net.Listener
 	closing  bool
-	accepted chan struct{} // closed when Serve returns
+	held     map[net.Conn]struct{} // connections being served, for Shutdown past its deadline
+	accepted chan struct{}         // closed when Serve returns
 }
 
 // NewServer returns a server; Serve starts it.
 func NewServer(cfg ServerConfig, ans Answerer, obs ServerObserver, log *slog.Logger) *Server {
-	s := &Server{cfg: cfg, ans: ans, obs: obs, log: log, clock: systemClock{}, accepted: make(chan struct{})}
+	s := &Server{cfg: cfg, ans: ans, obs: obs, log: log, clock: systemClock{},
+		held: make(map[net.Conn]struct{}), accepted: make(chan struct{})}
 	s.lrPool.New = func() any { return new(connState) }
 	return s
 }
@@ -119,13 +123,39 @@ func (s *Server) Serve(ln net.Listener) error {
 		backoff = 0
 		if s.open.Add(1) > int64(s.cfg.MaxConns) {
 			s.open.Add(-1)
-			c.Close()
+			drop(c)
 			s.obs.Exchange(ResultOverload, 0)
 			continue
 		}
+		s.mu.Lock()
+		s.held[c] = struct{}{}
+		s.mu.Unlock()
 		s.wg.Add(1)
 		go s.handle(c)
 	}
+}
+
+// drop ends a connection the server does not answer with a TCP reset
+// (SO_LINGER 0) instead of a FIN. A client whose request was not read yet
+// — over max_conns, say — then gets "connection reset", an exchange that
+// could not complete (io, tried again within its burst: SPEC §3.1), where
+// a clean EOF before any byte would read as a missing LF, format (§1.1):
+// a lying agent's reason, which fails a node for good (§3.4).
+func drop(c net.Conn) {
+	if tc, ok := c.(interface{ SetLinger(sec int) error }); ok {
+		_ = tc.SetLinger(0) // on error the Close below still ends it, with a FIN
+	}
+	_ = c.Close()
+}
+
+// end closes c after an exchange with result: a FIN after an answer (the
+// client waits for that EOF, SPEC §1.1), a reset (drop) after none.
+func end(c net.Conn, result string) {
+	if result == ResultSynced || result == ResultUnsynced {
+		_ = c.Close()
+		return
+	}
+	drop(c)
 }
 
 // ServeConn runs one exchange on c in the calling goroutine, closes c and
@@ -133,14 +163,17 @@ func (s *Server) Serve(ln net.Listener) error {
 // nor Shutdown covers it).
 func (s *Server) ServeConn(c net.Conn) string {
 	result := s.exchange(c, s.clock.Now())
-	c.Close()
+	end(c, result)
 	return result
 }
 
 func (s *Server) handle(c net.Conn) {
 	start := s.clock.Now()
 	result := s.exchange(c, start)
-	c.Close()
+	end(c, result)
+	s.mu.Lock()
+	delete(s.held, c)
+	s.mu.Unlock()
 	s.open.Add(-1)
 	s.obs.Exchange(result, s.clock.Now().Sub(start))
 	s.wg.Done()
@@ -272,9 +305,12 @@ func (s *Server) putState(st *connState) {
 	s.buffers.Add(-1)
 }
 
-// Shutdown stops accepting, lets every held connection finish its exchange
-// (each is bounded by the read and write timeouts) and returns when all are
-// closed or ctx ends; then the rest are abandoned to their deadlines.
+// Shutdown stops accepting (the kernel resets connections still waiting in
+// the listen queue), lets every held connection finish its exchange (each is
+// bounded by the read and write timeouts) and returns when all are closed.
+// If ctx ends first, the rest are reset at once (drop: never a clean EOF,
+// as the process exiting would give them) and Shutdown returns ctx's error
+// once their goroutines are done.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
@@ -290,6 +326,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
 	}
+	s.mu.Lock()
+	for c := range s.held {
+		drop(c) // its exchange fails at once on the closed connection
+	}
+	s.mu.Unlock()
+	<-done
+	return ctx.Err()
 }

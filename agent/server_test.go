@@ -3,11 +3,13 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -103,7 +105,9 @@ func TestInvalidRequestsGetNoAnswer(t *testing.T) {
 			if isTimeout(err) {
 				t.Fatalf("connection not closed after the invalid request (%v)", took)
 			}
-			t.Logf("closed after %v (err %v)", took, err)
+			if !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("ended by %v after %v, want a reset (doc.go: never a clean EOF unanswered)", err, took)
+			}
 		})
 	}
 	// Every one counted under a SPEC §1.5 reason, none answered.
@@ -133,8 +137,8 @@ func TestSilentAndSlowClientsClosed(t *testing.T) {
 	r := startAgent(t, cfg, Options{})
 	addr := r.Addr().String()
 	got, took, err := sendRaw(t, addr, nil, 5*time.Second)
-	if len(got) != 0 || isTimeout(err) || took < 250*time.Millisecond || took > 2*time.Second {
-		t.Fatalf("silent client: got %q after %v (err %v); want closed after ~300 ms", got, took, err)
+	if len(got) != 0 || !errors.Is(err, syscall.ECONNRESET) || took < 250*time.Millisecond || took > 2*time.Second {
+		t.Fatalf("silent client: got %q after %v (err %v); want reset after ~300 ms", got, took, err)
 	}
 	// Slowloris: a byte every 100 ms never completes a line in time.
 	c, err := net.Dial("tcp", addr)
@@ -144,18 +148,17 @@ func TestSilentAndSlowClientsClosed(t *testing.T) {
 	defer c.Close()
 	start := time.Now()
 	line := []byte("TCKCLK 2 AAECAwQFBgcICQoLDA0ODw\n")
-	closed := false
-	for i := 0; i < len(line) && !closed; i++ {
-		if _, err := c.Write(line[i : i+1]); err != nil {
-			closed = true
-		}
+	var werr error
+	for i := 0; i < len(line) && werr == nil; i++ {
+		_, werr = c.Write(line[i : i+1])
 		time.Sleep(100 * time.Millisecond) // the client's pace, not synchronisation
 	}
 	c.SetReadDeadline(time.Now().Add(3 * time.Second))
 	buf := make([]byte, 512)
 	n, err := c.Read(buf)
-	if n != 0 || isTimeout(err) {
-		t.Fatalf("slow client: read %q err %v", buf[:n], err)
+	// The reset fails the write after it, or else the read.
+	if n != 0 || !errors.Is(werr, syscall.ECONNRESET) && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("slow client: read %q err %v (write err %v), want a reset", buf[:n], err, werr)
 	}
 	if took := time.Since(start); took > 4*time.Second {
 		t.Fatalf("slow client held %v", took)
@@ -207,7 +210,10 @@ func TestConcurrentClientsAllAnswered(t *testing.T) {
 }
 
 // SPEC §2.1: concurrent connections are capped; beyond the cap new ones are
-// closed at once (not after the read timeout), and counted.
+// reset at once (not after the read timeout), and counted. A node's
+// exchange over the cap fails with io — incomplete, tried again within its
+// burst (SPEC §3.1) — never format, which a clean EOF before the LF would
+// be (§1.1) and which would fail the node as if the agent lied (§3.4).
 func TestMaxConnsClosesNewOnesAtOnce(t *testing.T) {
 	cfg := devConfig(t)
 	cfg.MaxConns = 3
@@ -223,11 +229,23 @@ func TestMaxConnsClosesNewOnesAtOnce(t *testing.T) {
 		held = append(held, c)
 	}
 	waitFor(t, "3 connections held", 3*time.Second, func() bool { return r.server.OpenConns() == 3 })
-	got, took, err := sendRaw(t, addr, protocol.EncodeRequest(protocol.Request{}), 4*time.Second)
-	if len(got) != 0 || isTimeout(err) || took > time.Second {
-		t.Fatalf("over the cap: got %q after %v (%v); want closed at once", got, took, err)
+	// A node's exchange over the cap, its request written before the agent
+	// drops the connection (or its write refused), the line read as
+	// clockhealth reads it; and one that has written nothing yet when the
+	// reset comes, the case where a FIN read as format. On loopback the
+	// reset can beat the dial's own completion: connect, also incomplete.
+	for _, write := range []bool{true, false} {
+		start := time.Now()
+		err := overTheCap(addr, write)
+		reason, _ := protocol.ReasonOf(err)
+		if reason != protocol.ReasonIO && reason != protocol.ReasonConnect || !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("over the cap (request written: %v): %v (reason %q); want a reset, io or connect", write, err, reason)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Fatalf("over the cap: reset after %v, want at once", took)
+		}
 	}
-	if v, _ := metricValue(t, r, `tckclk_agent_requests_total{result="overload"}`); v != "1" {
+	if v, _ := metricValue(t, r, `tckclk_agent_requests_total{result="overload"}`); v != "2" {
 		t.Fatalf("overload counted %q", v)
 	}
 	for _, c := range held {
@@ -237,6 +255,24 @@ func TestMaxConnsClosesNewOnesAtOnce(t *testing.T) {
 	if _, err := exchange(addr, devKeys(), 2*time.Second); err != nil {
 		t.Fatalf("after the held ones closed: %v", err)
 	}
+}
+
+// overTheCap runs a node's exchange (as harness's exchange does) against
+// an agent at max_conns, with the request written or, once the agent has
+// dropped the connection, nothing written at all; it returns the error.
+func overTheCap(addr string, write bool) error {
+	if write {
+		_, err := exchange(addr, devKeys(), 4*time.Second)
+		return err
+	}
+	c, err := net.DialTimeout("tcp", addr, 4*time.Second)
+	if err != nil {
+		return protocol.Wrap(protocol.ReasonConnect, "dial", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(4 * time.Second))
+	_, err = protocol.NewLineReader(c).ReadLine()
+	return err
 }
 
 // SPEC §2.1 / issue: graceful shutdown finishes the exchange in flight — a
@@ -290,6 +326,35 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return")
+	}
+}
+
+// A connection still held when shutdown_timeout_ms runs out is reset, not
+// left to the process's exit (a FIN, which a node whose request was not
+// read yet would take for format); Run returns once it is.
+func TestShutdownPastItsDeadlineResets(t *testing.T) {
+	cfg := devConfig(t)
+	cfg.ReadTimeoutMs = 10000
+	cfg.ShutdownTimeoutMs = 200
+	r := startAgent(t, cfg, Options{})
+	c, err := net.Dial("tcp", r.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitFor(t, "connection held", 2*time.Second, func() bool { return r.server.OpenConns() == 1 })
+	start := time.Now()
+	r.cancel() // SIGTERM
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := protocol.NewLineReader(c).ReadLine(); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("held past the shutdown deadline: %v after %v; want a reset", err, time.Since(start))
+	}
+	r.stop(t) // Run has returned
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("shutdown took %v (read timeout 10 s, shutdown 200 ms)", took)
+	}
+	if n := r.server.OpenConns(); n != 0 {
+		t.Fatalf("%d connections open after Run returned", n)
 	}
 }
 
