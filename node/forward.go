@@ -17,8 +17,25 @@ import (
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/cluster/forward"
 	"github.com/tckclk/tckclk/node/cluster/mesh"
+	"github.com/tckclk/tckclk/node/consensus"
 	"github.com/tckclk/tckclk/node/stage"
 	"github.com/tckclk/tckclk/node/ticket"
+)
+
+// retireWait bounds how long the forwarding client to a previous leader
+// waits for the answers to the requests in flight on it: a proposal
+// there waits at most proposeWait for Raft, then consensus.FateWait for
+// its entry's fate.
+const retireWait = proposeWait + consensus.FateWait + time.Second
+
+// A stopping node keeps answering forwarded requests until none has
+// arrived for forwardQuiet (its followers have moved on to the next
+// leader), at most forwardDrain, before it closes its forward server
+// (forward.Server.Drain): a request cut off unanswered is an unknown
+// outcome to its sender.
+const (
+	forwardQuiet = 250 * time.Millisecond
+	forwardDrain = 3 * time.Second
 )
 
 // forwarder holds the forwarding client to the current leader.
@@ -30,6 +47,11 @@ type forwarder struct {
 	addr   string
 	client *forward.Client
 	closed bool
+	// retiring: the clients to earlier leaders, each closing once the
+	// requests in flight on it have their answers (forward.Client.Retire),
+	// or at once when stopRetire closes (the forwarder stops).
+	retiring   sync.WaitGroup
+	stopRetire chan struct{}
 }
 
 // serve starts the forward server on the mesh's forward listener; the
@@ -48,15 +70,22 @@ func (f *forwarder) serve(wg *sync.WaitGroup) func() {
 		}
 	})
 	return func() {
+		if !srv.Drain(forwardQuiet, forwardDrain) {
+			f.cl.log.Warn("forwarded requests still arriving; closing the forward server anyway", "waited", forwardDrain)
+		}
 		_ = srv.Close()
 		f.mu.Lock()
 		f.closed = true
 		c := f.client
 		f.client = nil
+		if f.stopRetire != nil {
+			close(f.stopRetire)
+		}
 		f.mu.Unlock()
 		if c != nil {
 			_ = c.Close()
 		}
+		f.retiring.Wait()
 	}
 }
 
@@ -85,7 +114,18 @@ func (f *forwarder) route() (*forward.Client, bool) {
 		f.mu.Unlock()
 		return c, true
 	}
-	old := f.client // requests in flight on it end with outcome unknown
+	if old := f.client; old != nil {
+		// The requests in flight on it still get the previous leader's
+		// answers (TestGracefulStopAnswersForwardedWrites).
+		if f.stopRetire == nil {
+			f.stopRetire = make(chan struct{})
+		}
+		f.retiring.Add(1)
+		go func(stop <-chan struct{}) {
+			defer f.retiring.Done()
+			old.Retire(stop, retireWait)
+		}(f.stopRetire)
+	}
 	m, leader, leaderAddr := f.cl.mesh, id, addr
 	f.leader, f.addr = leader, leaderAddr
 	c := forward.NewClient(func(ctx context.Context) (net.Conn, error) {
@@ -93,9 +133,6 @@ func (f *forwarder) route() (*forward.Client, bool) {
 	})
 	f.client = c
 	f.mu.Unlock()
-	if old != nil {
-		_ = old.Close()
-	}
 	return c, true
 }
 

@@ -36,8 +36,12 @@ func (m clusterMode) run(ctx context.Context, cons *consensus.Raft) { m.cl.run(c
 
 func (m clusterMode) noteStop() { m.cl.noteStop() }
 
-// handOff transfers a leader's leadership to another voter (shutdown.go).
-func (m clusterMode) handOff() { m.n.handOffLeadership() }
+// handOff transfers a leader's leadership to another voter, then lets the
+// proposals it caught in flight learn their entries' fates (shutdown.go).
+func (m clusterMode) handOff() {
+	m.n.handOffLeadership()
+	m.n.settleProposals()
+}
 
 // lead runs the reconciler and the retire watch (SPEC §3.4) while this
 // node leads.

@@ -268,8 +268,11 @@ func (n *Node) run(ctx context.Context, deps *Deps, hooks testHooks) (err error)
 		}
 		wg.Wait()
 	}()
-	// The cluster's bootstrap and forward server stop before Raft closes.
-	mctx, mstop := context.WithCancel(lctx)
+	// The cluster's bootstrap and forward server stop before Raft closes,
+	// and not before the graceful stop below has handed off and let the
+	// requests in flight finish: forwarded writes still get their answers
+	// (TestGracefulStopAnswersForwardedWrites).
+	mctx, mstop := context.WithCancel(context.WithoutCancel(lctx))
 	mdone := make(chan struct{})
 	go func() { defer close(mdone); n.mode.run(mctx, cons) }()
 	defer func() { mstop(); <-mdone }()
@@ -277,8 +280,9 @@ func (n *Node) run(ctx context.Context, deps *Deps, hooks testHooks) (err error)
 		select {
 		case <-ctx.Done():
 			// Graceful stop (SPEC §5): a cluster leader hands its
-			// leadership to another voter first, then in-flight requests
-			// finish (forwarding reaches the new leader), then Raft closes
+			// leadership to another voter first, then the proposals the
+			// hand-off ended learn their entries' fates and in-flight
+			// requests finish (forwarding reaches the new leader), then Raft closes
 			// and gossip ends — without a leave message for a voter, which
 			// keeps its vote (the deferred calls).
 			n.stage.Set(stage.Stopping, "")

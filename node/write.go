@@ -117,10 +117,13 @@ func consensusRefusal(err error) error {
 		return nil
 	case errors.Is(err, consensus.ErrNotLeader):
 		return api.NotLeader(string(stage.Raft), "this node is not the leader: %v", err)
+	case errors.Is(err, consensus.ErrUnknownOutcome):
+		// Before a shutdown's refusal: a shutdown that ended an entry in
+		// flight (ErrShutdown matches both) did not refuse it, and a
+		// "stopping" stage would tell the client that nothing was applied.
+		return api.Unavailable("", "unknown_outcome", "%v; the write may still be applied: read the ticket before retrying", err)
 	case errors.Is(err, consensus.ErrShutdown):
 		return api.Unavailable(string(stage.Stopping), "shutdown", "the node is shutting down")
-	case errors.Is(err, consensus.ErrUnknownOutcome):
-		return api.Unavailable("", "unknown_outcome", "%v; the write may still be applied: read the ticket before retrying", err)
 	}
 	return api.Unavailable("", "raft", "raft: %v", err)
 }

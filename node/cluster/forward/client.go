@@ -24,6 +24,8 @@ type Client struct {
 	closed  bool
 	alone   map[net.Conn]struct{} // DoAlone's connections, closed by Close
 	wg      sync.WaitGroup        // readers
+	active  int                   // Do and DoAlone calls in progress (under mu)
+	idle    chan struct{}         // under mu: closed when active drops to 0 (Retire)
 }
 
 type result struct {
@@ -57,6 +59,10 @@ var errNotSent = errors.New("forward: connection lost before the request was sen
 // the connection's error) when the request was sent but no answer came —
 // Do never resends it.
 func (c *Client) Do(ctx context.Context, req Request) (Response, error) {
+	if !c.begin() {
+		return Response{}, ErrClosed
+	}
+	defer c.end()
 	for attempt := 0; ; attempt++ {
 		resp, err := c.do(ctx, req)
 		if errors.Is(err, errNotSent) && attempt == 0 {
@@ -225,6 +231,10 @@ func (c *Client) DoAlone(ctx context.Context, req Request) (Response, error) {
 	if err := ctx.Err(); err != nil {
 		return Response{}, err
 	}
+	if !c.begin() {
+		return Response{}, ErrClosed
+	}
+	defer c.end()
 	body, err := AppendRequest(1, req)
 	if err != nil {
 		return Response{}, err
@@ -275,6 +285,56 @@ func (c *Client) DoAlone(ctx context.Context, req Request) (Response, error) {
 		return Response{}, fmt.Errorf("%w (%v): %w", ErrOutcomeUnknown, req.Op, err)
 	}
 	return resp, resp.Err()
+}
+
+// begin counts a call in progress, unless the client is closed or
+// retired.
+func (c *Client) begin() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.active++
+	return true
+}
+
+func (c *Client) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.active--; c.active == 0 && c.idle != nil {
+		close(c.idle)
+		c.idle = nil
+	}
+}
+
+// Retire refuses new calls (ErrClosed: nothing sent) and closes the
+// client once every call in progress has its answer, or when stop is
+// closed or d has passed, whichever comes first (then as Close): a node
+// whose leader changed lets the requests it forwarded to the previous one
+// finish (that leader still answers them: its proposals learn their
+// entries' fates) instead of cutting them into unknown outcomes.
+func (c *Client) Retire(stop <-chan struct{}, d time.Duration) {
+	c.mu.Lock()
+	c.closed = true
+	var idle chan struct{}
+	if c.active > 0 {
+		if c.idle == nil {
+			c.idle = make(chan struct{})
+		}
+		idle = c.idle
+	}
+	c.mu.Unlock()
+	if idle != nil {
+		t := time.NewTimer(d)
+		select {
+		case <-idle:
+		case <-stop:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	c.Close()
 }
 
 // Close closes the connection (requests in flight get ErrOutcomeUnknown)

@@ -72,6 +72,8 @@ type Server struct {
 	wg     sync.WaitGroup
 
 	dropped atomic.Uint64
+	read    atomic.Uint64 // requests read (Drain)
+	busy    atomic.Int64  // requests read and not yet answered (Drain)
 }
 
 // NewServer returns a Server; call Serve for each listener, Close once.
@@ -196,15 +198,19 @@ func (s *Server) serveConn(c net.Conn, h Handler) {
 			s.drop(peer, "decoding a request", err)
 			return
 		}
+		s.read.Add(1)
+		s.busy.Add(1)
 		select {
 		case s.sem <- struct{}{}:
 		case <-ctx.Done():
+			s.busy.Add(-1)
 			return
 		}
 		inflight.Add(1)
 		handlers.Add(1)
 		go func() {
 			defer handlers.Done()
+			defer s.busy.Add(-1) // once the answer is written
 			defer func() { <-s.sem; inflight.Add(-1) }()
 			resp := h.Forwarded(ctx, peer, req)
 			out, err := AppendResponse(id, resp)
@@ -250,6 +256,31 @@ func (s *Server) readFrame(c net.Conn, inflight *atomic.Int64) ([]byte, error) {
 func (s *Server) drop(peer, what string, err error) {
 	s.dropped.Add(1)
 	s.log.Warn("forwarding connection dropped", "peer", peer, "while", what, "err", err)
+}
+
+// Drain waits, at most bound, until no request is being handled and none
+// has arrived for quiet, and reports whether that came. A node that stops
+// keeps answering forwarded requests (with its refusals: it no longer
+// leads) until the nodes that forward to it have moved on to the next
+// leader, and only then closes: a request it would cut off unanswered
+// is an unknown outcome to its sender.
+func (s *Server) Drain(quiet, bound time.Duration) bool {
+	deadline := time.Now().Add(bound)
+	tick := time.NewTicker(max(quiet/4, time.Millisecond))
+	defer tick.Stop()
+	last, since := s.read.Load(), time.Now()
+	for {
+		if s.busy.Load() == 0 && time.Since(since) >= quiet {
+			return true
+		}
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		<-tick.C
+		if n := s.read.Load(); n != last {
+			last, since = n, time.Now()
+		}
+	}
 }
 
 // Close stops every Serve, closes every connection, cancels the handlers'
