@@ -23,8 +23,8 @@ import (
 )
 
 // formThree starts n1..n3 with bootstrap_expect 3 and returns the cluster
-// and its one ready leader; each setup edits the cluster before any node
-// starts (withFaults, TLS).
+// and its one ready leader, which both followers follow; each setup edits
+// the cluster before any node starts (withFaults, TLS).
 func formThree(t *testing.T, setup ...func(*testCluster)) (*testCluster, string) {
 	t.Helper()
 	tc := newTestCluster(t, "n1", "n2", "n3")
@@ -34,7 +34,23 @@ func formThree(t *testing.T, setup ...func(*testCluster)) (*testCluster, string)
 	first := tc.start("n1", "", 3)
 	tc.start("n2", first.gossipAddr(), 3)
 	tc.start("n3", first.gossipAddr(), 3)
-	leader := tc.leader()
+	// A leader is ready once one follower acknowledged its term; the other
+	// may still be a candidate of its own (its election timer ran out as
+	// the leader was elected) and know no leader for a moment.
+	var leader string
+	waitFor(t, "one ready leader that both followers follow", 20*time.Second, func() bool {
+		ls := tc.leaders()
+		if len(ls) != 1 {
+			return false
+		}
+		for _, cm := range tc.others(ls[0]) {
+			if id, _ := clusterOf(cm.n).leader(); id != ls[0] {
+				return false
+			}
+		}
+		leader = ls[0]
+		return true
+	})
 	// Every member's gossip shows the others healthy (the transfer target
 	// is chosen from it).
 	waitFor(t, "all three see three alive", 10*time.Second, func() bool {
@@ -285,7 +301,8 @@ func TestClusterLeaderFailoverGap(t *testing.T) {
 	var gaps []time.Duration
 	for i := range trials {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			tc, leader := formThree(t)
+			// The measurement needs the production timing, -race or not.
+			tc, leader := formThree(t, func(tc *testCluster) { tc.production = measure })
 			gaps = append(gaps, failLeader(t, tc, leader, "gap"))
 		})
 	}

@@ -52,14 +52,19 @@ type testCluster struct {
 	// window is the bootstrap stability window (0: 300 ms).
 	window time.Duration
 	// slow: Raft and gossip timeouts four times longer, so that 7 or 10
-	// nodes under -race on two shared cores keep a leader.
+	// nodes on two shared cores keep a leader. Under -race every cluster
+	// is slow unless production is set (scaled).
 	slow bool
+	// production keeps the production Raft and gossip timing under -race
+	// too: for the tests that measure it (a timing assertion, a failover
+	// gap); their waits must then ride out a leader change.
+	production bool
 	// logTo, if set, receives every node's log lines too (each carries
 	// node=NAME).
 	logTo io.Writer
 	// edit, if set, edits every node's config before startWith's own edit.
 	edit func(*Config)
-	// timing, if set, is every node's Raft timing (before slow's).
+	// timing, if set, is every node's Raft timing (slow or not).
 	timing *consensus.Timing
 }
 
@@ -105,8 +110,8 @@ func (tc *testCluster) startWith(name, join string, expect int, edit func(*Confi
 		c.Cluster.Internode.TrustedPeerKeys = tc.trust
 		c.Cluster.Raft.BootstrapExpect = expect
 		c.Cluster.Raft.ReconcileDebounce = 100 * time.Millisecond
-		if tc.slow {
-			c.Cluster.Raft.CrashDetectMs = 4 * cluster.DefaultCrashDetectMs // the slow timings' scale
+		if tc.scaled() {
+			c.Cluster.Raft.CrashDetectMs = slowScale * cluster.DefaultCrashDetectMs // the slow timings' scale
 		}
 		if tc.edit != nil {
 			tc.edit(c)
@@ -142,7 +147,7 @@ func (tc *testCluster) startWith(name, join string, expect int, edit func(*Confi
 			c.Timing = membership.Timing{ProbeInterval: 100 * time.Millisecond, ProbeTimeout: 80 * time.Millisecond, SuspicionMult: 2,
 				GossipInterval: 50 * time.Millisecond, PushPullInterval: 300 * time.Millisecond, TCPTimeout: 500 * time.Millisecond,
 				DeadNodeReclaimTime: 200 * time.Millisecond}
-			if tc.slow {
+			if tc.scaled() {
 				c.Timing.ProbeInterval, c.Timing.ProbeTimeout, c.Timing.SuspicionMult = 400*time.Millisecond, 320*time.Millisecond, 3
 				c.Timing.GossipInterval, c.Timing.PushPullInterval, c.Timing.TCPTimeout = 100*time.Millisecond, time.Second, 2*time.Second
 			}
@@ -205,12 +210,24 @@ func (tc *testCluster) raftTiming() *consensus.Timing {
 	if tc.timing != nil {
 		return tc.timing
 	}
-	if !tc.slow {
+	if !tc.scaled() {
 		return nil
 	}
 	t := consensus.ClusterTiming()
-	t.Heartbeat, t.Election, t.LeaderLease = 4*t.Heartbeat, 4*t.Election, 4*t.LeaderLease
+	t.Heartbeat, t.Election, t.LeaderLease = slowScale*t.Heartbeat, slowScale*t.Election, slowScale*t.LeaderLease
 	return &t
+}
+
+// slowScale is how many times longer a slow cluster's Raft timeouts are.
+const slowScale = 4
+
+// scaled: the nodes run with the slow timing — asked for, or under -race
+// (the race detector slows the nodes five to ten times, and two shared
+// cores at load 15–30 stall a goroutine past the production 250 ms leader
+// lease often enough that leaders stepped down mid-test) unless the test
+// keeps the production timing.
+func (tc *testCluster) scaled() bool {
+	return tc.slow || raceEnabled && !tc.production
 }
 
 // gossipAddr is name's gossip address (known once start returned).

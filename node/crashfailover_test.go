@@ -122,10 +122,11 @@ func crashTiming() *consensus.Timing {
 	return &t
 }
 
-// formCrashThree forms n1..n3 over fault-injecting nets with crashTiming.
+// formCrashThree forms n1..n3 over fault-injecting nets with crashTiming
+// and the production crash_detect_ms and gossip timing, under -race too.
 func formCrashThree(t *testing.T) (tc *testCluster, meshNet, gossipNet *faultnet.Net, leader string) {
 	t.Helper()
-	tc, leader = formThree(t, faulty(&meshNet, &gossipNet), func(tc *testCluster) { tc.timing = crashTiming() })
+	tc, leader = formThree(t, faulty(&meshNet, &gossipNet), func(tc *testCluster) { tc.timing, tc.production = crashTiming(), true })
 	return tc, meshNet, gossipNet, leader
 }
 
@@ -234,7 +235,7 @@ func TestCrashFailoverPartitionWaitsHeartbeat(t *testing.T) {
 // timeout and more. Default timing.
 func TestCrashFailoverLiveLeaderUndisturbed(t *testing.T) {
 	var meshNet, gossipNet *faultnet.Net
-	tc, leader := formThree(t, faulty(&meshNet, &gossipNet))
+	tc, leader := formThree(t, faulty(&meshNet, &gossipNet), func(tc *testCluster) { tc.production = true })
 	term0 := tc.nodes[leader].n.raft().CurrentTerm()
 	for i := range 10 {
 		for _, cm := range tc.others(leader) {
