@@ -60,9 +60,9 @@ const ratioBlock = 1024
 // by taking it out of parseVerifyFast): Key's MAC 1.02, the numbers 0.09,
 // the MAC's base64 decode 0.07 (86 loads: table-bound), the nonce text
 // check 0.04, ParseVerify's own frame 0.02 — 1.23 in all. On this VM a
-// vCPU sometimes runs the same binary at 1.33–1.37 (the parse costs more
-// there, the HMAC does not): compare builds pinned to one CPU (taskset),
-// interleaved, never one run against another.
+// vCPU sometimes runs the same binary at 1.33–1.37 (there the numbers
+// alone cost 0.16): compare builds pinned to one CPU (taskset), interleaved,
+// never one run against another.
 func BenchmarkParseVerifyRatio(b *testing.B) {
 	key := NewKey(benchSecret)
 	line := []byte(goodLine)
