@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -28,6 +29,59 @@ type apiServer struct {
 	errLog *lograte.Logger // the servers' ErrorLog lines, rate-limited
 	errc   chan error      // a Serve's failure (never ErrServerClosed)
 	wg     sync.WaitGroup
+	// drain: stop first answers until no request arrived for apiQuiet
+	// (a cluster node: its clients move on to another node). seen counts
+	// the requests; stopping, once set, closes each connection after
+	// its answer.
+	drain              bool
+	quietFor, drainMax time.Duration // 0: apiQuiet, apiDrain (tests set them)
+	seen               atomic.Uint64
+	stopping           atomic.Bool
+}
+
+// A cluster node that stops keeps answering (its refusals: it is
+// stopping) until no request arrived for apiQuiet, at most apiDrain, each
+// answer closing its connection, before it closes the server: a
+// connection the server closes while idle can race with a client's next
+// request on it, which then has no answer — an unknown outcome to that
+// client although nothing was read.
+const (
+	apiQuiet = 250 * time.Millisecond
+	apiDrain = 3 * time.Second
+)
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// track counts the requests and, once the server is stopping, has each
+// answer close its connection.
+func (s *apiServer) track(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.seen.Add(1)
+		if s.stopping.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// quiet waits until no request arrived for apiQuiet, at most apiDrain.
+func (s *apiServer) quiet() {
+	quiet, bound := orDefault(s.quietFor, apiQuiet), orDefault(s.drainMax, apiDrain)
+	deadline := time.Now().Add(bound)
+	tick := time.NewTicker(quiet / 5)
+	defer tick.Stop()
+	last, since := s.seen.Load(), time.Now()
+	for time.Since(since) < quiet && time.Now().Before(deadline) {
+		<-tick.C
+		if n := s.seen.Load(); n != last {
+			last, since = n, time.Now()
+		}
+	}
 }
 
 // The health listener's own limits (api.health_addr): probes and
@@ -75,10 +129,10 @@ func (n *Node) startAPI(ln, healthLn net.Listener) (*apiServer, error) {
 	if until, cause := n.hold.until, n.hold.cause; !until.IsZero() {
 		n.log.Warn("refusing Grant and Expire until the hold-off instant", "until", until.UTC().Format(time.RFC3339Nano), "cause", cause)
 	}
-	s := &apiServer{errc: make(chan error, 2), errLog: lograte.New(n.log.With("component", "http"), lograte.Config{})}
+	s := &apiServer{errc: make(chan error, 2), errLog: lograte.New(n.log.With("component", "http"), lograte.Config{}), drain: n.cfg.Cluster.Enabled}
 	opts := api.Options{Backend: n, Metrics: n.metrics, Gatherer: n.reg,
 		ClientToken: n.secrets.client, AdminToken: n.secrets.admin, Logger: n.log}
-	s.serve(ln, n.httpServer(api.NewHandler(opts), lim, s.errLog, a.IdleTimeout))
+	s.serve(ln, n.httpServer(s.track(api.NewHandler(opts)), lim, s.errLog, a.IdleTimeout))
 	n.log.Info("API listening", "addr", ln.Addr().String(), "max_conns", a.MaxConns, "reserved_conns", a.ReservedConns,
 		"max_conns_per_source", a.MaxConnsPerSource, "read_header_timeout", a.ReadHeaderTimeout,
 		"idle_timeout", a.IdleTimeout, "unauthenticated_idle_timeout", a.UnauthIdleTimeout)
@@ -149,8 +203,13 @@ func (s *apiServer) serve(ln net.Listener, srv *http.Server) {
 	})
 }
 
-// stop lets in-flight requests finish (5 s at most), then closes.
+// stop (a cluster node: once it answered no request for apiQuiet) lets
+// in-flight requests finish (5 s at most), then closes.
 func (s *apiServer) stop() {
+	s.stopping.Store(true)
+	if s.drain {
+		s.quiet()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, srv := range s.srvs {

@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/tckclk/tckclk/internal/lograte"
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/consensus"
 	"github.com/tckclk/tckclk/node/stage"
@@ -99,4 +104,46 @@ func TestShutdownWithTheEntryInFlightIsUnknown(t *testing.T) {
 	if err := consensusRefusal(before); !errors.As(err, &ae) || ae.Stage != string(stage.Stopping) {
 		t.Errorf("a shutdown before the proposal: %#v", err)
 	}
+}
+
+// A cluster node's API server, once stopping, still answers what arrives
+// until no request came for its quiet spell — each answer closing its
+// connection — before it closes: closing at once races a client's next
+// request on an idle connection, which then has no answer (an unknown
+// outcome to a client although nothing was read).
+func TestAPIStopAnswersUntilQuiet(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &apiServer{errc: make(chan error, 1), errLog: lograte.New(testLogger(t), lograte.Config{}), drain: true,
+		quietFor: 2 * time.Second, drainMax: time.Minute}
+	s.serve(ln, &http.Server{Handler: s.track(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable) // a stopping node's refusal
+	}))})
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	url := "http://" + ln.Addr().String() + "/v1/tickets/x/grant"
+	get := func() (*http.Response, error) {
+		resp, err := hc.Post(url, "application/json", strings.NewReader("{}"))
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		return resp, err
+	}
+	if resp, err := get(); err != nil || resp.Close { // an idle keep-alive connection now
+		t.Fatalf("before the stop: %v (close %v)", err, resp != nil && resp.Close)
+	}
+	stopped := make(chan struct{})
+	go func() { s.stop(); close(stopped) }()
+	waitFor(t, "the stop beginning", 10*time.Second, s.stopping.Load)
+	resp, err := get()
+	if err != nil {
+		t.Fatalf("a request once the stop began: %v; want an answer", err)
+	}
+	if resp.StatusCode != http.StatusServiceUnavailable || !resp.Close {
+		t.Fatalf("a request once the stop began: %d, close %v; want the refusal closing its connection", resp.StatusCode, resp.Close)
+	}
+	<-stopped
 }
