@@ -41,10 +41,11 @@ const settleWait = consensus.FateWait + time.Second
 // (consensus.Raft.Settle) while Raft still runs and forwarded requests
 // are still served, so their callers get the applied result or a
 // refusal they may repeat rather than an unknown outcome. A node that
-// still leads (the hand-off failed) has nothing to wait for.
+// still leads (the hand-off failed) has nothing to wait for, nor has a
+// gossip-only client (no Raft: it proposes nothing).
 func (n *Node) settleProposals() {
 	c := n.cons.Load()
-	if c == nil || c.Raft().State() == raft.Leader {
+	if c == nil || c.Raft() == nil || c.Raft().State() == raft.Leader {
 		return
 	}
 	start := time.Now()
