@@ -53,12 +53,14 @@ func FuzzParseRequest(f *testing.F) {
 // identical to the naive parser's; accepted responses re-encode exactly and
 // carry the same values; the MAC check comes only after the nonce check,
 // and CheckResponse accepts a parsed line iff the naive HMAC of SPEC §1.3
-// (naiveMAC, crypto/hmac over the 50 bytes built by hand) verifies it.
+// (naiveMAC, crypto/hmac over the 50 bytes built by hand) verifies it;
+// Challenge.ParseVerify judges every line as CheckResponse does.
 func FuzzParseResponse(f *testing.F) {
 	f.Add([]byte("TCKCLK 2 AAECAwQFBgcICQoLDA0ODw 1767225600123 3 1 812 rVusL1GxDVk7IWEilpKLF9xYXWkm7-_TF8g-w3xLszk"))
 	f.Add([]byte("TCKCLK 2 AAECAwQFBgcICQoLDA0ODw 18446744073709551615 0 0 0 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"))
 	secret := []byte("tckclk-test-vector-secret-0123456789abcdef")
 	key := protocol.NewKey(secret)
+	ch := protocol.NewChallenge(fuzzNonce)
 	f.Fuzz(func(t *testing.T, line []byte) {
 		resp, err := protocol.ParseResponse(line, fuzzNonce)
 		got := reasonOf(t, err)
@@ -67,6 +69,9 @@ func FuzzParseResponse(f *testing.F) {
 			t.Fatalf("%q: protocol says %q, naive says %q (%v)", line, got, naive.reason, err)
 		}
 		full := reasonOf(t, protocol.CheckResponse(line, fuzzNonce, protocol.KeyRing{key}))
+		if cr, cerr := ch.ParseVerify(line, protocol.KeyRing{key}); reasonOf(t, cerr) != full || cerr == nil && cr != resp {
+			t.Fatalf("%q: Challenge.ParseVerify says %q %+v, CheckResponse %q", line, reasonOf(t, cerr), cr, full)
+		}
 		if err != nil {
 			if full != got {
 				t.Fatalf("%q: CheckResponse says %q, ParseResponse %q", line, full, got)
@@ -196,7 +201,7 @@ func FuzzLineReader(f *testing.F) {
 // protocol's), signed by one key of a ring, the other, or a key outside it,
 // optionally with one byte changed and the nonce expected differently; then
 // ParseVerify must give the reason and values the naive parser and naive MAC
-// give. Mutated-line targets rarely carry a valid MAC; this one reaches
+// give, and Challenge.ParseVerify the same as ParseVerify. Mutated-line targets rarely carry a valid MAC; this one reaches
 // ParseVerify's accepting path with every shape of number and nonce.
 func FuzzParseVerify(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, uint64(1767225600123), uint64(3), true, uint64(812), uint8(0), uint16(0), byte(0), false)
@@ -232,6 +237,10 @@ func FuzzParseVerify(f *testing.F) {
 		}
 
 		got, err := protocol.ParseVerify(line, want, ring)
+		ch := protocol.NewChallenge(want)
+		if cgot, cerr := ch.ParseVerify(line, ring); reasonOf(t, cerr) != reasonOf(t, err) || cgot != got {
+			t.Fatalf("%q: Challenge.ParseVerify says %q %+v, ParseVerify %q %+v", line, reasonOf(t, cerr), cgot, reasonOf(t, err), got)
+		}
 		naive := naiveParseResponse(string(line), want)
 		if naive.reason == "" && !naiveMACValid(secrets[0], naive.resp) && (len(ring) == 1 || !naiveMACValid(secrets[1], naive.resp)) {
 			naive.reason = protocol.ReasonMAC

@@ -71,7 +71,13 @@ func BenchmarkParseVerifyRatio(b *testing.B) {
 	var sum [32]byte
 	h := hmac.New(sha256.New, benchSecret)
 	var failed error
+	challenge := NewChallenge(testNonce)
 	parseVerify := func() {
+		if _, err := challenge.ParseVerify(line, KeyRing{key}); err != nil {
+			failed = err
+		}
+	}
+	parseVerifyNonce := func() {
 		if _, err := ParseVerify(line, testNonce, KeyRing{key}); err != nil {
 			failed = err
 		}
@@ -83,6 +89,7 @@ func BenchmarkParseVerifyRatio(b *testing.B) {
 		subject, baseline func()
 	}{
 		{"vs_prepared_hmac", parseVerify, prepared},
+		{"nonce_vs_prepared_hmac", parseVerifyNonce, prepared},
 		{"vs_fresh_hmac", parseVerify, func() { m := hmac.New(sha256.New, benchSecret); m.Write(in); m.Sum(sum[:0]) }},
 		{"key_mac_vs_prepared_hmac", func() { key.Sign(&signed) }, prepared},
 	} {

@@ -9,11 +9,13 @@
 //     grammar → nonce → MAC. Callers use ReasonOf / errors.As, never strings.
 //   - Anything ParseRequest or ParseResponse accepts re-encodes byte-for-byte
 //     to the input (the grammar is canonical).
-//   - ParseResponse and ParseVerify read a valid line once, on an accept-only
-//     path (fastpath.go); whatever it doubts goes through the ordered checks,
-//     which alone name reasons. TestParseVerifyFastAgrees, TestFastPathAgrees
-//     and the fuzz targets FuzzParseResponse and FuzzParseVerify keep the two
-//     in agreement.
+//   - ParseResponse and ParseVerify (and Challenge.ParseVerify, which
+//     compares the nonce field with the request's text instead of decoding
+//     it) read a valid line once, on an accept-only path (fastpath.go);
+//     whatever it doubts goes through the ordered checks, which alone name
+//     reasons. TestParseVerifyFastAgrees, TestChallengeAgrees,
+//     TestFastPathAgrees and the fuzz targets FuzzParseResponse and
+//     FuzzParseVerify keep the two in agreement.
 //   - A Key holds prepared SHA-256 pad states and never changes: safe for
 //     concurrent use without locks, no allocation per MAC.
 //   - Bound arithmetic saturates; an overflow is reported, never wrapped.

@@ -7,8 +7,8 @@ import "encoding/binary"
 // needs; on any doubt they return false and the ordered checks
 // (parseResponseOrdered, then the nonce, then the MAC) run and name the
 // reason, so the order of rejection reasons is theirs alone.
-// TestFastPathAgrees, TestParseVerifyFastAgrees and the differential fuzz
-// targets hold the two paths together.
+// TestFastPathAgrees, TestParseVerifyFastAgrees, TestChallengeAgrees and
+// the differential fuzz targets hold the two paths together.
 
 const (
 	head      = "TCKCLK 2 "
@@ -75,18 +75,17 @@ func parseResponseFast(r *Response, line []byte) bool {
 		readNumbers(r, line) && decodeB64(r.MAC[:], line[len(line)-MACChars:], MACChars)
 }
 
-// parseVerifyFast is ParseVerify for a line that passes. The numbers make
-// the MAC input complete (the nonce in it is want's), so the first MAC is
-// computed before the received nonce and MAC are even looked at: their
-// checks do not depend on the hashing and overlap it. The nonce is compared
-// in its text form with the encoding of want, as text equal to a canonical
-// encoding is canonical. Every key is tried, so the time taken does not
-// reveal which one matched.
-func parseVerifyFast(r *Response, line []byte, want *Nonce, keys KeyRing) bool {
-	if !frameOK(line) || !readNumbers(r, line) {
+// parseVerifyFast is Challenge.ParseVerify for a line that passes. The
+// nonce field is compared as text with c's (echoed): equal, it is c's nonce,
+// canonical, and needs no decoding. The numbers then make the MAC input
+// complete, so the first MAC is computed before the received MAC is even
+// looked at: its decoding does not depend on the hashing and overlaps it.
+// Every key is tried, so the time taken does not reveal which one matched.
+func parseVerifyFast(r *Response, line []byte, c *Challenge, keys KeyRing) bool {
+	if !frameOK(line) || !c.echoed((*[NonceChars]byte)(line[nonceAt:])) || !readNumbers(r, line) {
 		return false
 	}
-	r.Nonce = *want
+	r.Nonce = c.nonce
 	checked, ok := false, false
 	for _, k := range keys {
 		if k == nil {
@@ -95,8 +94,7 @@ func parseVerifyFast(r *Response, line []byte, want *Nonce, keys KeyRing) bool {
 		var sum [MACSize]byte
 		k.mac(r, &sum)
 		if !checked {
-			if nonceTextDiff(want, line[nonceAt:numbersAt+1]) != 0 ||
-				!decodeMAC(&r.MAC, (*[MACChars]byte)(line[len(line)-MACChars:])) {
+			if !decodeMAC(&r.MAC, (*[MACChars]byte)(line[len(line)-MACChars:])) {
 				return false
 			}
 			checked = true
@@ -140,15 +138,4 @@ var b64pairs = func() (t [4096]uint16) {
 func encode48(v uint64) uint64 {
 	return uint64(b64pairs[v>>36&0xfff]) | uint64(b64pairs[v>>24&0xfff])<<16 |
 		uint64(b64pairs[v>>12&0xfff])<<32 | uint64(b64pairs[v&0xfff])<<48
-}
-
-// nonceTextDiff is zero exactly when text starts with the 22-character
-// canonical encoding of n.
-func nonceTextDiff(n *Nonce, text []byte) uint64 {
-	t := text[:24]
-	be, le := binary.BigEndian, binary.LittleEndian
-	d := encode48(be.Uint64(n[0:])>>16) ^ le.Uint64(t[0:])
-	d |= encode48(be.Uint64(n[6:])>>16) ^ le.Uint64(t[8:])
-	// the last 32 bits in 6 characters, the 4 unused bits zero
-	return d | (encode48(uint64(be.Uint32(n[12:]))<<16)^le.Uint64(t[16:]))&(1<<48-1)
 }

@@ -70,7 +70,8 @@ func TestParseVerifyFastAgrees(t *testing.T) {
 	accepted := 0
 	for k, s := range append(valid, changed...) {
 		var fast Response
-		fok := parseVerifyFast(&fast, s.line, &s.nonce, ring)
+		c := NewChallenge(s.nonce)
+		fok := parseVerifyFast(&fast, s.line, &c, ring)
 		slow, serr := parseVerifyOrdered(s.line, s.nonce, ring)
 		if fok && serr != nil {
 			t.Fatalf("fast accepts what ordered rejects (%v): %q", serr, s.line)
@@ -172,7 +173,8 @@ func TestParseVerifyKeyRing(t *testing.T) {
 		for _, ring := range []KeyRing{{a, b}, {b, a}, {nil, a, nil, b}, {a}, {}, {nil}} {
 			want := signer != other && (slices.Contains(ring, signer))
 			var fast Response
-			if ok := parseVerifyFast(&fast, line, &testNonce, ring); ok != want || ok && fast != r {
+			c := NewChallenge(testNonce)
+			if ok := parseVerifyFast(&fast, line, &c, ring); ok != want || ok && fast != r {
 				t.Fatalf("ring of %d, signer %p: fast path %v %+v", len(ring), signer, ok, fast)
 			}
 			got, err := ParseVerify(line, testNonce, ring)
@@ -221,21 +223,112 @@ func TestDecodeMACMatchesDecodeB64(t *testing.T) {
 	}
 }
 
-// SPEC §1.2 (base64url, strict): comparing the nonce in its text form
-// accepts exactly its canonical encoding, for every one-character change.
-func TestNonceTextDiff(t *testing.T) {
+// SPEC §1.2 (base64url, strict): a Challenge's text is the nonce's
+// canonical encoding (String, the request line), and comparing a field with
+// it accepts exactly that text, for every one-character change.
+func TestChallengeText(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
+	nonces := []Nonce{{}, testNonce, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}
 	for range 500 {
 		var n Nonce
 		randomFill(rng, n[:])
-		nt := []byte(n.String() + "  ")
-		if nonceTextDiff(&n, nt) != 0 {
+		nonces = append(nonces, n)
+	}
+	for _, n := range nonces {
+		c := NewChallenge(n)
+		if c.Nonce() != n || c.String() != n.String() {
+			t.Fatalf("nonce %x: challenge holds %x %q, want %q", n, c.Nonce(), c.String(), n.String())
+		}
+		if got, want := c.AppendRequest([]byte("x")), append([]byte("x"), EncodeRequest(Request{Nonce: n})...); string(got) != string(want) {
+			t.Fatalf("nonce %x: request %q, want %q", n, got, want)
+		}
+		nt := []byte(n.String())
+		if !c.echoed((*[NonceChars]byte)(nt)) {
 			t.Fatalf("canonical text refused: %s", nt)
 		}
 		oneCharChanges(nt, NonceChars, func(b []byte) {
-			if (nonceTextDiff(&n, b) == 0) != (string(b) == string(nt)) {
+			if c.echoed((*[NonceChars]byte)(b)) != (string(b) == string(nt)) {
 				t.Fatalf("nonce %x: %q judged wrong", n, b)
 			}
 		})
+	}
+}
+
+// SPEC §1.2, §1.5: Challenge.ParseVerify, whose accept-only path compares
+// the nonce field as text and never decodes it, judges every line as the
+// ordered checks do — reason and values — above all where the nonce field
+// differs from the request's text: every byte value in every place of it
+// (a character outside the alphabet or a non-canonical last character is
+// format, another canonical nonce is nonce), a field a character short or
+// long, every other nonce one bit away, and those together with a later
+// fault (a bad number still beats the nonce: format; a bad MAC loses to
+// it). The package's ParseVerify with the bare nonce agrees too.
+func TestChallengeAgrees(t *testing.T) {
+	key := NewKey(benchSecret)
+	ring := KeyRing{key}
+	valid := signedLines(key)
+	var cases []signedLine
+	for k, s := range valid {
+		cases = append(cases, s)
+		if k%3 != 0 { // one line per nonce is enough for the sweeps
+			continue
+		}
+		l := s.line
+		field := l[nonceAt : nonceAt+NonceChars]
+		for i := range field {
+			for c := range 256 {
+				if field[i] == byte(c) {
+					continue
+				}
+				b := append([]byte(nil), l...)
+				b[nonceAt+i] = byte(c)
+				cases = append(cases, signedLine{b, s.nonce})
+			}
+		}
+		short := append(append([]byte(nil), l[:nonceAt+NonceChars-1]...), l[nonceAt+NonceChars:]...)
+		long := append(append(append([]byte(nil), l[:nonceAt+NonceChars]...), 'A'), l[nonceAt+NonceChars:]...)
+		cases = append(cases, signedLine{short, s.nonce}, signedLine{long, s.nonce})
+		for bit := range NonceSize * 8 {
+			other := s.nonce
+			other[bit/8] ^= 1 << (bit % 8)
+			badNumber := append(append(append([]byte(nil), l[:numbersAt]...), '0'), l[numbersAt:]...) // a leading zero: format
+			badMAC := append([]byte(nil), l...)
+			badMAC[len(l)-MACChars] = 'A' + 'B' - min(max(badMAC[len(l)-MACChars], 'A'), 'B') // still canonical, another MAC: mac
+			cases = append(cases, signedLine{l, other}, signedLine{badNumber, other}, signedLine{badMAC, other})
+		}
+	}
+	rng := rand.New(rand.NewPCG(9, 10))
+	for range 20000 { // a few bytes of a valid line changed at random, the nonce field most often
+		s := valid[rng.IntN(len(valid))]
+		b := append([]byte(nil), s.line...)
+		for range rng.IntN(3) + 1 {
+			i := nonceAt + rng.IntN(NonceChars+2) - 1
+			if rng.IntN(4) == 0 {
+				i = rng.IntN(len(b))
+			}
+			b[i] = b64alphabet[rng.IntN(64)]
+			if rng.IntN(8) == 0 {
+				b[i] = byte(rng.Uint32())
+			}
+		}
+		cases = append(cases, signedLine{b, s.nonce})
+	}
+	reasons := map[Reason]int{}
+	for _, s := range cases {
+		c := NewChallenge(s.nonce)
+		got, gerr := c.ParseVerify(s.line, ring)
+		want, werr := parseVerifyOrdered(s.line, s.nonce, ring)
+		if g, w := reasonOrEmpty(gerr), reasonOrEmpty(werr); g != w || got != want {
+			t.Fatalf("%q, nonce %s: Challenge.ParseVerify says %q %+v, the ordered checks %q %+v", s.line, s.nonce, g, got, w, want)
+		}
+		if bare, berr := ParseVerify(s.line, s.nonce, ring); reasonOrEmpty(berr) != reasonOrEmpty(werr) || bare != want {
+			t.Fatalf("%q, nonce %s: ParseVerify says %v %+v, the ordered checks %v %+v", s.line, s.nonce, berr, bare, werr, want)
+		}
+		reasons[reasonOrEmpty(werr)]++
+	}
+	for _, r := range []Reason{"", ReasonFormat, ReasonNonce, ReasonMAC} {
+		if reasons[r] < len(valid) {
+			t.Fatalf("reasons seen %v: too few %q for the table to mean anything", reasons, r)
+		}
 	}
 }

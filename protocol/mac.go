@@ -165,9 +165,12 @@ func CheckResponse(line []byte, wantNonce Nonce, keys KeyRing) error {
 	return err
 }
 
-// ParseVerify is ParseResponse followed by keys.Verify.
+// ParseVerify is ParseResponse followed by keys.Verify. A prober that
+// keeps its request's Challenge calls Challenge.ParseVerify, which does not
+// encode the nonce again.
 func ParseVerify(line []byte, wantNonce Nonce, keys KeyRing) (r Response, err error) {
-	if parseVerifyFast(&r, line, &wantNonce, keys) {
+	c := NewChallenge(wantNonce)
+	if parseVerifyFast(&r, line, &c, keys) {
 		return r, nil
 	}
 	return parseVerifyOrdered(line, wantNonce, keys)

@@ -79,6 +79,13 @@ func TestVectorsValid(t *testing.T) {
 			if got := string(EncodeRequest(Request{Nonce: nonce})); got != tc.RequestLine+"\n" {
 				t.Fatalf("request %q, want %q", got, tc.RequestLine)
 			}
+			ch := NewChallenge(nonce)
+			if got := string(ch.AppendRequest(nil)); got != tc.RequestLine+"\n" {
+				t.Fatalf("challenge's request %q, want %q", got, tc.RequestLine)
+			}
+			if got, err := ch.ParseVerify([]byte(tc.ResponseLine), KeyRing{key}); err != nil || got != resp {
+				t.Fatalf("Challenge.ParseVerify: %+v %v, want %+v", got, err, resp)
+			}
 			if got := string(EncodeResponse(&resp)); got != tc.ResponseLine+"\n" {
 				t.Fatalf("response %q, want %q", got, tc.ResponseLine)
 			}
@@ -129,6 +136,13 @@ func TestVectorsDevReference(t *testing.T) {
 	if err := Verify(DevKey(secret), &r); err != nil {
 		t.Fatalf("dev_key: %v", err)
 	}
+	ch := NewChallenge(nonce)
+	if got, err := ch.ParseVerify([]byte(d.ResponseLine), KeyRing{NewKey(DevKey(secret))}); err != nil || got != r {
+		t.Fatalf("Challenge.ParseVerify with dev_key: %+v %v", got, err)
+	}
+	if _, err := ch.ParseVerify([]byte(d.ResponseLine), KeyRing{NewKey(secret)}); !hasReason(err, ReasonMAC) {
+		t.Fatalf("Challenge.ParseVerify with the plain secret: %v, want reason mac", err)
+	}
 	if err := Verify(secret, &r); !hasReason(err, ReasonMAC) {
 		t.Fatalf("plain secret: got %v, want reason mac", err)
 	}
@@ -157,6 +171,10 @@ func TestVectorsInvalidResponses(t *testing.T) {
 			got := CheckResponse([]byte(tc.Line), nonce, KeyRing{key})
 			if !hasReason(got, want) {
 				t.Fatalf("got %v, want reason %s", got, want)
+			}
+			ch := NewChallenge(nonce)
+			if r, err := ch.ParseVerify([]byte(tc.Line), KeyRing{key}); !hasReason(err, want) || r != (Response{}) {
+				t.Fatalf("Challenge.ParseVerify: %+v %v, want reason %s", r, err, want)
 			}
 			// the same line from a stream (with its LF) gives the same reason
 			lr := NewLineReader(bytes.NewReader([]byte(tc.Line + "\n")))
