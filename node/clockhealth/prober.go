@@ -55,7 +55,7 @@ func asProtocolError(err error, fallback protocol.Reason) *protocol.Error {
 // (the probe timeout, cut short by the round's deadline in ctx), applies the
 // sample checks of SPEC §3.3 in order and classifies it. It reads at most
 // 257 bytes of line plus one byte while waiting for EOF.
-func (m *Monitor) exchangeOne(ctx context.Context, idx int, nonce protocol.Nonce) (x exchange) {
+func (m *Monitor) exchangeOne(ctx context.Context, idx int, ch *protocol.Challenge) (x exchange) {
 	addr := m.agents[idx].addr
 	x.agent = idx
 	x.s.Agent = addr
@@ -63,7 +63,7 @@ func (m *Monitor) exchangeOne(ctx context.Context, idx int, nonce protocol.Nonce
 	defer cancel()
 
 	_, m0 := m.readClocks()
-	x.err = m.converse(ctx, &x, addr, nonce, m0)
+	x.err = m.converse(ctx, &x, addr, ch, m0)
 	switch {
 	case x.err == nil:
 		x.class = classOK
@@ -78,7 +78,7 @@ func (m *Monitor) exchangeOne(ctx context.Context, idx int, nonce protocol.Nonce
 }
 
 // converse is exchangeOne's I/O and checks; a slow sample sets x.class.
-func (m *Monitor) converse(ctx context.Context, x *exchange, addr string, nonce protocol.Nonce, m0 int64) *protocol.Error {
+func (m *Monitor) converse(ctx context.Context, x *exchange, addr string, ch *protocol.Challenge, m0 int64) *protocol.Error {
 	conn, err := m.dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return protocol.Wrap(protocol.ReasonConnect, "dial "+addr, err)
@@ -94,7 +94,7 @@ func (m *Monitor) converse(ctx context.Context, x *exchange, addr string, nonce 
 	defer stop()
 
 	var req [protocol.RequestLen]byte
-	if _, err := conn.Write(protocol.AppendRequest(req[:0], protocol.Request{Nonce: nonce})); err != nil {
+	if _, err := conn.Write(ch.AppendRequest(req[:0])); err != nil {
 		return ioReason("writing the request", err)
 	}
 	lr := protocol.NewLineReader(conn)
@@ -105,11 +105,11 @@ func (m *Monitor) converse(ctx context.Context, x *exchange, addr string, nonce 
 	if err != nil {
 		return asProtocolError(err, protocol.ReasonIO)
 	}
-	resp, err := protocol.ParseVerify(line, nonce, m.keys)
+	resp, err := ch.ParseVerify(line, m.keys)
 	if err != nil {
 		perr := asProtocolError(err, protocol.ReasonFormat)
 		if perr.Reason == protocol.ReasonMAC && m.devHint != nil {
-			if _, derr := protocol.ParseVerify(line, nonce, m.devHint); derr == nil {
+			if _, derr := ch.ParseVerify(line, m.devHint); derr == nil {
 				perr = protocol.Wrap(protocol.ReasonMAC, "MAC does not verify under the secret, but is valid under dev_key: the agent is a "+
 					"--dev development reference; point clock.agent_addr at a real agent, or (development only) set clock.dev_reference: true", perr)
 			}
@@ -204,11 +204,11 @@ func (m *Monitor) burst(ctx context.Context, idx int, decided *atomic.Bool) ([]e
 		if i > 0 && (ctx.Err() != nil || decided.Load()) {
 			break
 		}
-		nonce, err := m.nonce()
+		ch, err := m.challenge()
 		if err != nil {
 			return xs, err
 		}
-		x := m.exchangeOne(ctx, idx, nonce)
+		x := m.exchangeOne(ctx, idx, &ch)
 		xs = append(xs, x)
 		switch x.class {
 		case classOK:
@@ -230,12 +230,17 @@ func (m *Monitor) burst(ctx context.Context, idx int, decided *atomic.Bool) ([]e
 	return xs, nil
 }
 
-// nonce draws a fresh 16-byte nonce (SPEC §1.1) from the nonce source, one
-// reader at a time.
-func (m *Monitor) nonce() (protocol.Nonce, error) {
+// challenge draws a fresh 16-byte nonce (SPEC §1.1) from the nonce source,
+// one reader at a time, held with its text: the request is written from it
+// and the response's nonce field compared with it.
+func (m *Monitor) challenge() (protocol.Challenge, error) {
 	m.randMu.Lock()
-	defer m.randMu.Unlock()
-	return protocol.NonceFrom(m.rand)
+	n, err := protocol.NonceFrom(m.rand)
+	m.randMu.Unlock()
+	if err != nil {
+		return protocol.Challenge{}, err
+	}
+	return protocol.NewChallenge(n), nil
 }
 
 // round runs one probe round: a burst per agent, the agents in parallel,
