@@ -36,14 +36,13 @@ func raftMembers(r *raft.Raft) (map[string]*wire.Member, error) {
 // against Δ/2 (SPEC §5), its name and generation, and the NodeIds the
 // replicated state holds retired (SPEC §3.4).
 func (cl *clusterNode) members() (wire.Members, error) {
-	n := cl.n
 	// The mesh, gossip and Raft are set up before the consensus is
 	// stored: until it is, none of it may be read (as for health).
-	if n.cons.Load() == nil {
+	if cl.host.Consensus() == nil {
 		return wire.Members{}, cl.notJoinedYet()
 	}
 	byID := map[string]*wire.Member{}
-	if r := n.raft(); r != nil {
+	if r := cl.raft(); r != nil {
 		var err error
 		if byID, err = raftMembers(r); err != nil {
 			return wire.Members{}, err
@@ -64,9 +63,9 @@ func (cl *clusterNode) members() (wire.Members, error) {
 	}
 	for _, m := range byID {
 		m.Name, m.Generation, _ = identity.SplitGeneration(m.ID)
-		m.Retired = m.Retired || n.fsm.IsRetired(m.ID)
+		m.Retired = m.Retired || cl.opts.FSM.IsRetired(m.ID)
 	}
-	return wire.Members{Members: sortedMembers(byID), RetiredNodeIDs: n.fsm.Retired()}, nil
+	return wire.Members{Members: sortedMembers(byID), RetiredNodeIDs: cl.opts.FSM.Retired()}, nil
 }
 
 // sortedMembers lists byID's members in NodeId order.
@@ -82,7 +81,7 @@ func sortedMembers(byID map[string]*wire.Member) []wire.Member {
 // transfer moves leadership (admin): to a named voter, or with to ""
 // to the voter Raft picks. Only the leader can.
 func (cl *clusterNode) transfer(ctx context.Context, to string) error {
-	r := cl.n.raft()
+	r := cl.raft()
 	if r == nil || r.State() != raft.Leader {
 		return cl.adminNotLeader("leadership can only be transferred by the leader")
 	}
@@ -101,11 +100,11 @@ func (cl *clusterNode) transfer(ctx context.Context, to string) error {
 // leader only). The reconciler would re-add a live, eligible member: this
 // is for members that are gone.
 func (cl *clusterNode) remove(ctx context.Context, id string) error {
-	r := cl.n.raft()
+	r := cl.raft()
 	if r == nil || r.State() != raft.Leader {
 		return cl.adminNotLeader("members can only be removed by the leader")
 	}
-	if id == cl.n.cfg.Cluster.Name {
+	if id == cl.cfg.Name {
 		return api.Refuse(api.KindConflict, "is_leader", "%q is the leader: transfer leadership first", id)
 	}
 	if _, ok := cl.serverAddr(id); !ok {
@@ -119,7 +118,7 @@ func (cl *clusterNode) remove(ctx context.Context, id string) error {
 // the leader when this node knows one, and otherwise says there is none
 // and where to look.
 func (cl *clusterNode) adminNotLeader(what string) *api.Error {
-	if id, _ := cl.leader(); id != "" && id != cl.n.cfg.Cluster.Name {
+	if id, _ := cl.leader(); id != "" && id != cl.cfg.Name {
 		return api.NotLeader(string(stage.Raft), "%s: this node is not the leader, %s is; send the command to its address (ticketctl --addr with every node's address finds it)", what, id)
 	}
 	return api.NotLeader(string(stage.Raft), "%s, and there is no leader now: the voters have no quorum or are electing one; "+
@@ -135,7 +134,7 @@ func (cl *clusterNode) serverAddr(id string) (raft.ServerAddress, bool) {
 }
 
 func (cl *clusterNode) findServer(id string, voter bool) (raft.ServerAddress, bool) {
-	f := cl.n.raft().GetConfiguration()
+	f := cl.raft().GetConfiguration()
 	if f.Error() != nil {
 		return "", false
 	}
@@ -154,7 +153,7 @@ func (cl *clusterNode) findServer(id string, voter bool) (raft.ServerAddress, bo
 func (cl *clusterNode) awaitAdmin(ctx context.Context, f raft.Future, what string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	c := cl.n.cons.Load()
+	c := cl.host.Consensus()
 	if c == nil {
 		return api.Unavailable("", "raft", "%s: raft is not open", what)
 	}
@@ -184,7 +183,6 @@ func (n *Node) ReplaceMember(ctx context.Context, old, repl string) (wire.Replac
 
 // replace is ReplaceMember in cluster mode.
 func (cl *clusterNode) replace(ctx context.Context, old, repl string) (wire.Replaced, error) {
-	n := cl.n
 	var res wire.Replaced
 	switch {
 	case cluster.ValidNodeName(old) != nil:
@@ -194,7 +192,7 @@ func (cl *clusterNode) replace(ctx context.Context, old, repl string) (wire.Repl
 	case old == repl:
 		return res, api.Refuse(api.KindBadRequest, "bad_request", "old and new are both %q: replace a NodeId with another", old)
 	}
-	r := n.raft()
+	r := cl.raft()
 	if r == nil || r.State() != raft.Leader {
 		return res, cl.adminNotLeader("members can only be replaced by the leader")
 	}
@@ -216,7 +214,7 @@ func (cl *clusterNode) replace(ctx context.Context, old, repl string) (wire.Repl
 	if !oldIn {
 		return res, api.Refuse(api.KindNotFound, "not_found", "old %q is not in the Raft configuration", old)
 	}
-	if old == n.cfg.Cluster.Name {
+	if old == cl.cfg.Name {
 		return res, api.Refuse(api.KindConflict, "is_leader", "old %q is the leader: transfer leadership first", old)
 	}
 	alive := map[string]bool{}
@@ -230,14 +228,14 @@ func (cl *clusterNode) replace(ctx context.Context, old, repl string) (wire.Repl
 	switch {
 	case nm == nil || nm.State != membership.StateAlive:
 		return res, api.Refuse(api.KindNotFound, "not_found", "new %q is not an alive gossip member: start it with this cluster's gossip secret, its key in every node's trusted_peer_keys, and join_addrs", repl)
-	case nm.Meta.Retired || n.fsm.IsRetired(repl):
+	case nm.Meta.Retired || cl.opts.FSM.IsRetired(repl):
 		return res, api.Refuse(api.KindConflict, "retired", "new %q is a retired NodeId: bring a NodeId never used before", repl)
 	case !nm.Meta.RaftEligible || nm.Meta.Role == membership.RoleClient || !nm.Meta.DataDirOK:
 		return res, api.Refuse(api.KindConflict, "not_eligible", "new %q is not Raft-eligible (raft.eligible false, raft.role client, or its data dir unresolved)", repl)
 	case nm.Meta.ClockState != membership.ClockHealthy:
 		return res, api.Refuse(api.KindConflict, "clock", "new %q does not advertise a healthy clock (%s)", repl, nm.Meta.ClockState)
-	case uint64(nm.Meta.DeltaMs) != n.fsm.Delta() && n.fsm.Delta() != 0:
-		return res, api.Refuse(api.KindConflict, "delta_mismatch", "new %q advertises Δ %d ms, the cluster's is %d ms", repl, nm.Meta.DeltaMs, n.fsm.Delta())
+	case uint64(nm.Meta.DeltaMs) != cl.opts.FSM.Delta() && cl.opts.FSM.Delta() != 0:
+		return res, api.Refuse(api.KindConflict, "delta_mismatch", "new %q advertises Δ %d ms, the cluster's is %d ms", repl, nm.Meta.DeltaMs, cl.opts.FSM.Delta())
 	case newSuffrage == "voter":
 		return res, api.Refuse(api.KindConflict, "already_voter", "new %q is already a voter", repl)
 	}
@@ -258,7 +256,7 @@ func (cl *clusterNode) replace(ctx context.Context, old, repl string) (wire.Repl
 	if rec := cl.runner(); rec != nil {
 		rec.Trigger()
 	}
-	n.log.Warn("replacing a member: old retired, new joins as a non-voter for the reconciler to promote", "old", old, "new", repl)
+	cl.opts.Logger.Warn("replacing a member: old retired, new joins as a non-voter for the reconciler to promote", "old", old, "new", repl)
 	return wire.Replaced{Old: old, New: repl, NewSuffrage: newSuffrage}, nil
 }
 

@@ -47,7 +47,7 @@ func (n *Node) ClusterHealth(ctx context.Context) (wire.ClusterHealth, error) {
 // notJoinedYet is the 503 of a cluster view asked of a node still
 // starting: its mesh, gossip and Raft are not all set up yet.
 func (cl *clusterNode) notJoinedYet() *api.Error {
-	cur, _ := cl.n.stage.Get()
+	cur, _ := cl.opts.Stage.Get()
 	return api.Unavailable(string(cur), "starting", "this node has not joined the cluster yet (stage %s)", cur)
 }
 
@@ -62,8 +62,8 @@ type serverView struct {
 
 // health is the cluster node's answer, from what this node knows.
 func (cl *clusterNode) health(ctx context.Context) wire.ClusterHealth {
-	self := cl.n.cfg.Cluster.Name
-	r := cl.n.raft()
+	self := cl.cfg.Name
+	r := cl.raft()
 	leader, _ := cl.leader()
 	out := wire.ClusterHealth{ServedBy: self, Leader: leader}
 	out.LeaderView = r != nil && leader == self && r.State() == raft.Leader
@@ -166,10 +166,10 @@ func (cl *clusterNode) health(ctx context.Context) wire.ClusterHealth {
 			term := r.CurrentTerm()
 			h.Term = &term
 		}
-		if h.ID == self && r != nil && cl.n.clockErr() != nil {
+		if h.ID == self && r != nil && cl.host.ClockErr() != nil {
 			h.Clock = membership.ClockFailed.String()
 		}
-		h.Why = cl.unhealthy(v, out.LeaderView, cl.n.fsm.IsRetired(h.ID))
+		h.Why = cl.unhealthy(v, out.LeaderView, cl.opts.FSM.IsRetired(h.ID))
 		h.Healthy = h.Why == ""
 		if h.Suffrage == "voter" {
 			out.Voters++

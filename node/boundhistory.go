@@ -68,7 +68,7 @@ func (h *boundHistory) get(id string) []uint32 {
 func (cl *clusterNode) sampleBounds(now time.Time) {
 	bounds := map[string]uint32{}
 	for _, m := range cl.mem.Members() {
-		if m.State == membership.StateAlive || m.ID == cl.n.cfg.Cluster.Name {
+		if m.State == membership.StateAlive || m.ID == cl.cfg.Name {
 			bounds[m.ID] = m.Meta.ClockBoundMs
 		}
 	}

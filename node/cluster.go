@@ -21,12 +21,17 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tckclk/tckclk/node/clockhealth"
+	"github.com/tckclk/tckclk/node/cluster"
 	"github.com/tckclk/tckclk/node/cluster/identity"
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/cluster/mesh"
 	"github.com/tckclk/tckclk/node/cluster/reconcile"
 	"github.com/tckclk/tckclk/node/consensus"
+	"github.com/tckclk/tckclk/node/datadir"
+	"github.com/tckclk/tckclk/node/stage"
+	"github.com/tckclk/tckclk/node/ticket"
 	"github.com/tckclk/tckclk/protocol"
 )
 
@@ -46,8 +51,10 @@ type clusterHooks struct {
 // advertise. Its goroutines belong to run (the forward server) and to the
 // leader's lead (the reconciler).
 type clusterNode struct {
-	n      *Node
-	log    *slog.Logger
+	host   cluster.Host
+	cfg    cluster.Config // the cluster section; Name is this node's NodeId
+	log    *slog.Logger   // component cluster
+	opts   clusterOptions
 	key    ed25519.PrivateKey
 	trust  *identity.Store
 	secret []byte
@@ -163,17 +170,17 @@ type clusterKeys struct {
 // loadClusterKeys reads the identity key, the trust map, the gossip key and
 // the mesh's TLS files. They are checked before the node serves or proves
 // its clock: a misconfiguration is a start-up refusal (exit 2).
-func loadClusterKeys(cfg *Config) (clusterKeys, error) {
-	in := &cfg.Cluster.Internode
+func loadClusterKeys(cfg *cluster.Config) (clusterKeys, error) {
+	in := &cfg.Internode
 	key, err := identity.Load(string(in.IdentityKey), in.IdentityKeyFile)
 	if err != nil {
 		return clusterKeys{}, err
 	}
-	trust, err := identity.NewStore(cfg.Cluster.GossipName(), key.Public().(ed25519.PublicKey), in.TrustedPeerKeys)
+	trust, err := identity.NewStore(cfg.GossipName(), key.Public().(ed25519.PublicKey), in.TrustedPeerKeys)
 	if err != nil {
 		return clusterKeys{}, err
 	}
-	secret, err := membership.LoadSecret(string(cfg.Cluster.Membership.SecretKey), cfg.Cluster.Membership.SecretFile)
+	secret, err := membership.LoadSecret(string(cfg.Membership.SecretKey), cfg.Membership.SecretFile)
 	if err != nil {
 		return clusterKeys{}, err
 	}
@@ -184,29 +191,67 @@ func loadClusterKeys(cfg *Config) (clusterKeys, error) {
 	return clusterKeys{key: key, trust: trust, secret: secret, tls: tlsConf}, nil
 }
 
-// loadCluster loads the identity, the trust map and the gossip secret:
+// clusterOptions are what the cluster half is built with.
+type clusterOptions struct {
+	Config        cluster.Config
+	DeltaMs       uint64        // clock.delta_ms
+	StalenessMs   uint64        // clock.staleness_ms
+	ProbeInterval time.Duration // clock.probe_interval_ms: how often the metadata is re-advertised
+	// ForwardWaits is api.max_waiters + api.max_watchers: the forward
+	// server's slots beyond its default, for the waits it holds.
+	ForwardWaits int
+	Dir          *datadir.Dir
+	FSM          *ticket.FSM
+	Notify       chan bool // Raft's leadership changes, for the node
+	Stage        *stage.Holder
+	Wall         interface{ Now() time.Time }
+	ClockFailed  <-chan struct{} // closed when the clock FAILED (nil: never)
+	Started      time.Time       // the node's start (liveness boot grace)
+	Logger       *slog.Logger
+	Registerer   prometheus.Registerer
+	Host         cluster.Host
+}
+
+// newClusterNode loads the identity, the trust map and the gossip secret:
 // every refusal is a *config.Error naming the key.
-func (n *Node) loadCluster() (*clusterNode, error) {
-	k, err := loadClusterKeys(&n.cfg)
+func newClusterNode(o clusterOptions) (*clusterNode, error) {
+	k, err := loadClusterKeys(&o.Config)
 	if err != nil {
 		return nil, err
 	}
-	cl := &clusterNode{n: n, log: n.log.With("component", "cluster"), key: k.key, trust: k.trust, secret: k.secret, tls: k.tls}
+	cl := &clusterNode{host: o.Host, cfg: o.Config, opts: o, log: o.Logger.With("component", "cluster"), key: k.key, trust: k.trust, secret: k.secret, tls: k.tls}
 	cl.fwd.cl = cl
-	cl.crash = newCrashWatch(n.cfg.Cluster.Raft.CrashDetectMs, cl.log, n.reg)
+	cl.crash = newCrashWatch(o.Config.Raft.CrashDetectMs, cl.log, o.Registerer)
 	cl.initLifecycle()
 	return cl, nil
 }
 
+// raft is the node's Raft once open, or nil.
+func (cl *clusterNode) raft() *raft.Raft {
+	if c := cl.host.Consensus(); c != nil {
+		return c.Raft()
+	}
+	return nil
+}
+
+// endsAtShutdown makes f's Error return at the latest once Raft's shutdown
+// has ended (consensus.Raft.EndsAtShutdown), for a goroutine that waits on
+// a Raft future itself (the reconciler): the node's stop waits for it.
+func (cl *clusterNode) endsAtShutdown(f raft.Future) {
+	if c := cl.host.Consensus(); c != nil {
+		c.EndsAtShutdown(f)
+	}
+}
+
 // listenMesh binds the mesh and builds Raft's transport on it.
 func (cl *clusterNode) listenMesh(h *clusterHooks) error {
-	cfg := &cl.n.cfg
+	cfg := &cl.cfg
 	tlsConf := cl.tls
 	mc := mesh.Config{
 		// The full NodeId (NAME~G); the key is NAME's.
-		NodeID: cfg.Cluster.Name, Key: cl.key, GossipSecret: cl.secret, Trust: cl.trust, Advertised: &cl.adv,
-		TLS: tlsConf, BindAddr: cfg.Cluster.Membership.BindAddr, BindPort: cfg.Cluster.Internode.BindPort,
-		Logger: cl.n.log.With("component", "mesh"), Registerer: cl.n.reg, // socket deadlines: real time
+		NodeID: cfg.Name, Key: cl.key, GossipSecret: cl.secret, Trust: cl.trust, Advertised: &cl.adv,
+		TLS: tlsConf, BindAddr: cfg.Membership.BindAddr, BindPort: cfg.Internode.BindPort,
+		Logger: cl.opts.Logger.With("component", "mesh"), Registerer: cl.opts.Registerer, // socket deadlines: real time
 		SessionEnded: cl.crash.sessionEnded,
 	}
 	if h != nil && h.mesh != nil {
@@ -217,7 +262,7 @@ func (cl *clusterNode) listenMesh(h *clusterHooks) error {
 		return fmt.Errorf("node: mesh: %w", err)
 	}
 	cl.adv.mu.Lock()
-	cl.adv.self, cl.adv.selfAddr = raft.ServerID(cfg.Cluster.Name), raft.ServerAddress(cl.mesh.Addr())
+	cl.adv.self, cl.adv.selfAddr = raft.ServerID(cfg.Name), raft.ServerAddress(cl.mesh.Addr())
 	cl.adv.mu.Unlock()
 	// MaxRPCsInFlight 1: no pipelined replication. hashicorp/raft's
 	// pipeline (v1.7.3) can deadlock when a follower answers an
@@ -239,17 +284,16 @@ func (cl *clusterNode) listenMesh(h *clusterHooks) error {
 // (bootstrap_expect decides later) and notes whether the data dir already
 // holds a cluster.
 func (cl *clusterNode) openConsensus(h *clusterHooks) (*consensus.Raft, error) {
-	n := cl.n
 	timing := consensus.ClusterTiming()
 	if h != nil && h.timing != nil {
 		timing = *h.timing
 	}
 	timing = cl.crash.timing(timing)
 	cons, err := consensus.Open(consensus.Options{
-		Dir: n.dir, FSM: n.fsm, LocalID: n.cfg.Cluster.Name, Transport: cl.tr,
+		Dir: cl.opts.Dir, FSM: cl.opts.FSM, LocalID: cl.cfg.Name, Transport: cl.tr,
 		Timing:            timing,
-		SnapshotThreshold: n.cfg.Cluster.Raft.SnapshotThreshold, SnapshotInterval: n.cfg.Cluster.Raft.SnapshotInterval,
-		TrailingLogs: n.cfg.Cluster.Raft.TrailingLogs, LogStore: n.cfg.Cluster.Raft.LogStore, Notify: n.notify, Logger: n.log,
+		SnapshotThreshold: cl.cfg.Raft.SnapshotThreshold, SnapshotInterval: cl.cfg.Raft.SnapshotInterval,
+		TrailingLogs: cl.cfg.Raft.TrailingLogs, LogStore: cl.cfg.Raft.LogStore, Notify: cl.opts.Notify, Logger: cl.opts.Logger,
 		// A Raft goroutine stuck in an RPC to a silent peer would hang the
 		// stop: close the mesh's sessions, which ends every stream it may
 		// wait on. (Pipelining, whose deadlock parks off any stream, is off:
@@ -270,7 +314,7 @@ func (cl *clusterNode) openConsensus(h *clusterHooks) (*consensus.Raft, error) {
 	switch {
 	case len(servers) > 0:
 		cl.bootstrap = membership.BootstrapHasState
-	case n.cfg.Cluster.Raft.BootstrapExpect == 0:
+	case cl.cfg.Raft.BootstrapExpect == 0:
 		cl.bootstrap = membership.BootstrapNone
 	default:
 		cl.bootstrap = membership.BootstrapWaiting
@@ -280,17 +324,17 @@ func (cl *clusterNode) openConsensus(h *clusterHooks) (*consensus.Raft, error) {
 
 // eligible: this node may be a Raft server (not a gossip-only client).
 func (cl *clusterNode) eligible() bool {
-	r := &cl.n.cfg.Cluster.Raft
+	r := &cl.cfg.Raft
 	return r.Eligible && r.Role != "client"
 }
 
 // meta is this node's gossip metadata now.
 func (cl *clusterNode) meta() membership.Meta {
-	cfg := &cl.n.cfg
+	cfg := &cl.cfg
 	m := membership.Meta{
-		NodeID: cfg.Cluster.Name, MeshAddr: cl.mesh.Addr(), DeltaMs: uint16(cfg.Clock.DeltaMs), ProtocolVersion: protocol.Version,
-		RaftEligible: cl.eligible(), RaftPriority: int32(cfg.Cluster.Raft.Priority), Role: cl.role(),
-		FailureDomain: cfg.Cluster.FailureDomain, BootstrapExpect: uint8(cfg.Cluster.Raft.BootstrapExpect), DataDirOK: true,
+		NodeID: cfg.Name, MeshAddr: cl.mesh.Addr(), DeltaMs: uint16(cl.opts.DeltaMs), ProtocolVersion: protocol.Version,
+		RaftEligible: cl.eligible(), RaftPriority: int32(cfg.Raft.Priority), Role: cl.role(),
+		FailureDomain: cfg.FailureDomain, BootstrapExpect: uint8(cfg.Raft.BootstrapExpect), DataDirOK: true,
 	}
 	copy(m.PublicKey[:], cl.key.Public().(ed25519.PublicKey))
 	cl.clockMeta(&m)
@@ -303,19 +347,19 @@ func (cl *clusterNode) meta() membership.Meta {
 
 // startMembership joins the gossip with this node's metadata.
 func (cl *clusterNode) startMembership(h *clusterHooks) error {
-	cfg := &cl.n.cfg
-	join, err := membership.ParseJoinAddrs(cfg.Cluster.Membership.JoinAddrs)
+	cfg := &cl.cfg
+	join, err := membership.ParseJoinAddrs(cfg.Membership.JoinAddrs)
 	if err != nil {
 		return err
 	}
 	mc := membership.DefaultConfig()
-	mc.NodeName, mc.BindAddr, mc.BindPort = cfg.Cluster.GossipName(), cfg.Cluster.Membership.BindAddr, cfg.Cluster.Membership.BindPort
+	mc.NodeName, mc.BindAddr, mc.BindPort = cfg.GossipName(), cfg.Membership.BindAddr, cfg.Membership.BindPort
 	if mc.BindAddr == "" {
 		mc.BindAddr = "127.0.0.1"
 	}
 	mc.Secret, mc.JoinAddrs, mc.Meta, mc.Trust = cl.secret, join, cl.meta, cl.trust
 	mc.Key = cl.key // signs this node's metadata (SPEC §5 "Identity")
-	mc.Logger, mc.Registerer = cl.n.log.With("component", "gossip"), cl.n.reg
+	mc.Logger, mc.Registerer = cl.opts.Logger.With("component", "gossip"), cl.opts.Registerer
 	if h != nil && h.membership != nil {
 		h.membership(&mc)
 	}
@@ -341,10 +385,10 @@ func (cl *clusterNode) startMembership(h *clusterHooks) error {
 // a voter out).
 func (cl *clusterNode) noteStop() {
 	keep := false
-	if r := cl.n.raft(); r != nil && !cl.life.retired.Load() {
+	if r := cl.raft(); r != nil && !cl.life.retired.Load() {
 		if f := r.GetConfiguration(); f.Error() == nil {
 			for _, s := range f.Configuration().Servers {
-				keep = keep || s.ID == raft.ServerID(cl.n.cfg.Cluster.Name) && s.Suffrage == raft.Voter
+				keep = keep || s.ID == raft.ServerID(cl.cfg.Name) && s.Suffrage == raft.Voter
 			}
 		}
 	}
@@ -414,7 +458,7 @@ func (cl *clusterNode) run(ctx context.Context, cons *consensus.Raft) {
 		case servers == nil:
 			cand = ""
 			timer.Stop()
-		case cl.n.cfg.Cluster.Raft.BootstrapExpect == 1 || (fired && key == cand):
+		case cl.cfg.Raft.BootstrapExpect == 1 || (fired && key == cand):
 			if !cl.safeBootstrap(ctx, cons, servers) {
 				timer.Reset(window) // a peer did not answer: ask again later
 			}
@@ -461,8 +505,8 @@ func (cl *clusterNode) bootstrapCandidate(cons *consensus.Raft) []raft.Server {
 		cl.log.Info("joined the cluster a peer bootstrapped", "servers", len(s))
 		return nil
 	}
-	expect := cl.n.cfg.Cluster.Raft.BootstrapExpect
-	servers, why := bootstrapServers(cl.n.cfg.Cluster.Name, cl.mesh.Addr(), expect, uint16(cl.n.cfg.Clock.DeltaMs), cl.mem.Members())
+	expect := cl.cfg.Raft.BootstrapExpect
+	servers, why := bootstrapServers(cl.cfg.Name, cl.mesh.Addr(), expect, uint16(cl.opts.DeltaMs), cl.mem.Members())
 	if servers == nil {
 		cl.noteRefusal(why)
 	}
@@ -476,7 +520,7 @@ func (cl *clusterNode) noteRefusal(why string) {
 	cl.refused = why
 	cl.mu.Unlock()
 	if why != "" && !seen {
-		cl.log.Warn("not bootstrapping", "bootstrap_expect", cl.n.cfg.Cluster.Raft.BootstrapExpect, "why", why)
+		cl.log.Warn("not bootstrapping", "bootstrap_expect", cl.cfg.Raft.BootstrapExpect, "why", why)
 	}
 }
 
@@ -499,7 +543,7 @@ func (cl *clusterNode) setBootstrap(state membership.BootstrapState, refused str
 // configuration. It returns false when it should look again later (a
 // peer could not be asked, or has state).
 func (cl *clusterNode) safeBootstrap(ctx context.Context, cons *consensus.Raft, servers []raft.Server) bool {
-	self := cl.n.cfg.Cluster.Name
+	self := cl.cfg.Name
 	for _, s := range servers {
 		if string(s.ID) == self {
 			continue
@@ -522,7 +566,7 @@ func (cl *clusterNode) safeBootstrap(ctx context.Context, cons *consensus.Raft, 
 	for i, s := range servers {
 		ids[i] = string(s.ID)
 	}
-	cl.log.Info("bootstrapped the cluster", "bootstrap_expect", cl.n.cfg.Cluster.Raft.BootstrapExpect, "voters", ids)
+	cl.log.Info("bootstrapped the cluster", "bootstrap_expect", cl.cfg.Raft.BootstrapExpect, "voters", ids)
 	cl.setBootstrap(membership.BootstrapDone, "")
 	return true
 }
@@ -583,7 +627,7 @@ func (cl *clusterNode) runner() *reconcile.Runner {
 func (cl *clusterNode) reconcileMembers(rr *raft.Raft) []reconcile.Member {
 	var out []reconcile.Member
 	seen := map[string]bool{}
-	delta := cl.n.fsm.Delta()
+	delta := cl.opts.FSM.Delta()
 	for _, m := range cl.mem.Members() {
 		seen[m.ID] = true
 		alive := m.State == membership.StateAlive
@@ -623,21 +667,21 @@ func (f failClosedRaft) LeaderID() string {
 
 // lead runs the reconciler while this node leads (ctx ends with the term).
 func (cl *clusterNode) lead(ctx context.Context) {
-	rr := cl.n.raft()
+	rr := cl.raft()
 	if rr == nil {
 		return
 	}
 	cl.fixSelfAddress(rr)
-	maxVoters, changed := reconcile.NormalizeMaxVoters(cl.n.cfg.Cluster.Raft.MaxVoters)
+	maxVoters, changed := reconcile.NormalizeMaxVoters(cl.cfg.Raft.MaxVoters)
 	if changed {
 		cl.log.Warn("cluster.raft.max_voters is even; using the odd value below it", "max_voters", maxVoters)
 	}
 	r, err := reconcile.NewRunner(reconcile.RunnerConfig{
-		Raft: failClosedRaft{reconcile.NewRaftAdapter(rr, 5*time.Second).WithShutdownEnd(cl.n.endsAtShutdown), cl.life.retired.Load}, LocalID: cl.n.cfg.Cluster.Name, Members: func() []reconcile.Member { return cl.withRetired(cl.reconcileMembers(rr)) },
-		Limits:   reconcile.Limits{MaxVoters: maxVoters, MaxStandbys: cl.n.cfg.Cluster.Raft.MaxStandbys},
-		Debounce: cl.n.cfg.Cluster.Raft.ReconcileDebounce, Logger: cl.log.With("component", "reconcile"),
-		Progress: cl.progress(ctx), StableFor: cl.stableFor, DeadVoterGrace: cl.n.cfg.Cluster.Raft.DeadVoterGrace,
-		Registerer: cl.n.reg,
+		Raft: failClosedRaft{reconcile.NewRaftAdapter(rr, 5*time.Second).WithShutdownEnd(cl.endsAtShutdown), cl.life.retired.Load}, LocalID: cl.cfg.Name, Members: func() []reconcile.Member { return cl.withRetired(cl.reconcileMembers(rr)) },
+		Limits:   reconcile.Limits{MaxVoters: maxVoters, MaxStandbys: cl.cfg.Raft.MaxStandbys},
+		Debounce: cl.cfg.Raft.ReconcileDebounce, Logger: cl.log.With("component", "reconcile"),
+		Progress: cl.progress(ctx), StableFor: cl.stableFor, DeadVoterGrace: cl.cfg.Raft.DeadVoterGrace,
+		Registerer: cl.opts.Registerer,
 	})
 	if err != nil {
 		cl.log.Error("reconciler", "err", err)
@@ -665,7 +709,7 @@ func (cl *clusterNode) fixSelfAddress(rr *raft.Raft) {
 	if f.Error() != nil {
 		return
 	}
-	self, addr := raft.ServerID(cl.n.cfg.Cluster.Name), raft.ServerAddress(cl.mesh.Addr())
+	self, addr := raft.ServerID(cl.cfg.Name), raft.ServerAddress(cl.mesh.Addr())
 	for _, s := range f.Configuration().Servers {
 		if s.ID != self || s.Address == addr || s.Suffrage != raft.Voter {
 			continue
@@ -706,7 +750,7 @@ func (cl *clusterNode) open(h *clusterHooks) (*consensus.Raft, error) {
 		cl.ticker, cl.window, cl.stableFor = h.ticker, h.window, h.stableFor
 	}
 	cl.log.Info("cluster node started", "mesh", cl.mesh.Addr(), "gossip", cl.mem.LocalAddr(),
-		"bootstrap_expect", cl.n.cfg.Cluster.Raft.BootstrapExpect, "bootstrap", cl.meta().Bootstrap.String())
+		"bootstrap_expect", cl.cfg.Raft.BootstrapExpect, "bootstrap", cl.meta().Bootstrap.String())
 	if h != nil && h.started != nil {
 		h.started(cl.mem.LocalAddr())
 	}
@@ -721,7 +765,7 @@ func (cl *clusterNode) aliveNodes() int {
 	}
 	alive := 0
 	for _, m := range cl.mem.Members() {
-		if m.ID == cl.n.cfg.Cluster.Name || m.State == membership.StateAlive || m.State == membership.StateSuspect {
+		if m.ID == cl.cfg.Name || m.State == membership.StateAlive || m.State == membership.StateSuspect {
 			alive++
 		}
 	}

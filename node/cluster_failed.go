@@ -84,24 +84,23 @@ func (cl *clusterNode) initLifecycle() {
 // the process exits 1 (SPEC §3.4: its supervisor starts it again).
 func (cl *clusterNode) clockFailed(reason string) {
 	cl.life.retired.Store(true)
-	n := cl.n
-	if err := n.dir.WriteRetirement(datadir.Retirement{Reason: reason, NodeID: n.cfg.Cluster.Name}); err != nil {
+	if err := cl.opts.Dir.WriteRetirement(datadir.Retirement{Reason: reason, NodeID: cl.cfg.Name}); err != nil {
 		cl.log.Error("clock FAILED but the retired marker could not be written: never start this node on this data dir again; bring a new NodeId",
-			"dir", n.dir.Path(), "err", err)
-	} else if n.cfg.Cluster.AutoReplace {
+			"dir", cl.opts.Dir.Path(), "err", err)
+	} else if cl.cfg.AutoReplace {
 		cl.log.Error("clock FAILED: this NodeId is retired; the process exits once Raft is shut down, and a restart comes back as the next generation (cluster.auto_replace)",
-			"marker", datadir.RetiredFile, "node_id", n.cfg.Cluster.Name, "reason", reason)
+			"marker", datadir.RetiredFile, "node_id", cl.cfg.Name, "reason", reason)
 	} else {
 		cl.log.Error("clock FAILED: this NodeId is retired; a restart on this data dir is refused (cluster.auto_replace is off: bring a new NodeId)",
-			"marker", datadir.RetiredFile, "node_id", n.cfg.Cluster.Name, "reason", reason)
+			"marker", datadir.RetiredFile, "node_id", cl.cfg.Name, "reason", reason)
 	}
-	if rr := n.raft(); rr != nil {
+	if rr := cl.raft(); rr != nil {
 		if rr.State() == raft.Leader {
 			cl.retireSelf()
 			cl.handOffToHealthy(rr)
 		}
 		// consensus' Shutdown: bounded against an RPC stuck on a peer.
-		if err := n.cons.Load().Shutdown(); err != nil {
+		if err := cl.host.Consensus().Shutdown(); err != nil {
 			cl.log.Warn("raft shutdown after FAILED", "err", err)
 		} else {
 			cl.log.Info("raft shut down after FAILED")
@@ -120,7 +119,7 @@ func (cl *clusterNode) clockFailed(reason string) {
 // leadership over. The entry carries no time, so a FAILED clock does not
 // taint it; if it fails the next leader records it from gossip.
 func (cl *clusterNode) retireSelf() {
-	id := cl.n.cfg.Cluster.Name
+	id := cl.cfg.Name
 	ctx, cancel := context.WithTimeout(context.Background(), retireProposeTimeout)
 	defer cancel()
 	if err := cl.proposeRetire(ctx, id); err != nil {
@@ -134,7 +133,7 @@ func (cl *clusterNode) proposeRetire(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	res, err := cl.n.propose(ctx, data)
+	res, err := cl.host.Propose(ctx, data)
 	if err != nil {
 		return err
 	}
@@ -164,7 +163,7 @@ func (cl *clusterNode) transferTarget(rr *raft.Raft) (raft.Server, bool) {
 	bestPrio, found := int32(0), false
 	for _, s := range f.Configuration().Servers {
 		m, ok := members[string(s.ID)]
-		if s.Suffrage != raft.Voter || string(s.ID) == cl.n.cfg.Cluster.Name || !ok || !healthyPeer(m) || cl.n.fsm.IsRetired(m.ID) {
+		if s.Suffrage != raft.Voter || string(s.ID) == cl.cfg.Name || !ok || !healthyPeer(m) || cl.opts.FSM.IsRetired(m.ID) {
 			continue
 		}
 		p := m.Meta.RaftPriority
@@ -205,7 +204,7 @@ func (cl *clusterNode) handOffToHealthy(rr *raft.Raft) {
 // once each a retired NodeId that is back in gossip without saying so.
 func (cl *clusterNode) withRetired(ms []reconcile.Member) []reconcile.Member {
 	for i := range ms {
-		if !cl.n.fsm.IsRetired(ms[i].ID) {
+		if !cl.opts.FSM.IsRetired(ms[i].ID) {
 			continue
 		}
 		if !ms[i].Retired && ms[i].Alive {
@@ -232,7 +231,7 @@ func (cl *clusterNode) refuseRejoin(id string) {
 func (cl *clusterNode) retireWatch(ctx context.Context) {
 	for {
 		for _, m := range cl.mem.Members() {
-			if m.ID == cl.n.cfg.Cluster.Name || cl.n.fsm.IsRetired(m.ID) {
+			if m.ID == cl.cfg.Name || cl.opts.FSM.IsRetired(m.ID) {
 				continue
 			}
 			if m.Meta.ClockState != membership.ClockFailed && !m.Meta.Retired {
@@ -258,26 +257,25 @@ func (cl *clusterNode) retireWatch(ctx context.Context) {
 // own key): it serves nothing again, so it does not forward either. It
 // reports whether the node is removed.
 func (cl *clusterNode) checkRemoved() bool {
-	n := cl.n
-	if cur, _ := n.stage.Get(); cur == stage.Removed {
+	if cur, _ := cl.opts.Stage.Get(); cur == stage.Removed {
 		return true
 	}
-	if cl.life.retired.Load() || !n.fsm.IsRetired(n.cfg.Cluster.Name) {
+	if cl.life.retired.Load() || !cl.opts.FSM.IsRetired(cl.cfg.Name) {
 		return false
 	}
-	n.stage.Set(stage.Removed, reasonRemoved)
-	if cur, _ := n.stage.Get(); cur != stage.Removed {
+	cl.opts.Stage.Set(stage.Removed, reasonRemoved)
+	if cur, _ := cl.opts.Stage.Get(); cur != stage.Removed {
 		return false // FAILED or stopping meanwhile
 	}
 	cl.log.Error("this NodeId was retired by the cluster (ticketctl cluster replace): it serves no client again; stop this node — the node that replaced it serves",
-		"node_id", n.cfg.Cluster.Name)
+		"node_id", cl.cfg.Name)
 	return true
 }
 
 // removedError is the 503 of a removed node (stage.Removed).
 func (cl *clusterNode) removedError() *api.Error {
 	return api.Unavailable(string(stage.Removed), reasonRemoved,
-		"this node's NodeId %s was retired and removed from the cluster (ticketctl cluster replace): it serves nothing, forwards nothing; stop it (another node took its place)", cl.n.cfg.Cluster.Name)
+		"this node's NodeId %s was retired and removed from the cluster (ticketctl cluster replace): it serves nothing, forwards nothing; stop it (another node took its place)", cl.cfg.Name)
 }
 
 // refuseClock is clockRefusal in cluster mode: a FAILED clock retires the

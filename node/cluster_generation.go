@@ -36,7 +36,7 @@ var ErrNodeIDRetired = errors.New("node: this NodeId is retired in the cluster's
 // replicated state holds retired (0: none).
 func (cl *clusterNode) retiredGeneration(name string) int {
 	top := 0
-	for _, id := range cl.n.fsm.Retired() {
+	for _, id := range cl.opts.FSM.Retired() {
 		if nm, g, ok := identity.SplitGeneration(id); ok && nm == name {
 			top = max(top, g)
 		}
@@ -48,11 +48,10 @@ func (cl *clusterNode) retiredGeneration(name string) int {
 // joined (or ctx ends), whether its NodeId is retired in the cluster; if
 // so it marks the data dir and closes cl.life.reused.
 func (cl *clusterNode) watchReusedID(ctx context.Context, cons *consensus.Raft, newTicker clockhealth.TickerFunc) {
-	n := cl.n
-	if !n.cfg.Cluster.AutoReplace || !cl.eligible() {
+	if !cl.cfg.AutoReplace || !cl.eligible() {
 		return
 	}
-	name, gen, _ := identity.SplitGeneration(n.cfg.Cluster.Name)
+	name, gen, _ := identity.SplitGeneration(cl.cfg.Name)
 	tk := newTicker("reused", reusedCheckInterval)
 	defer tk.Stop()
 	for {
@@ -76,7 +75,7 @@ func (cl *clusterNode) watchReusedID(ctx context.Context, cons *consensus.Raft, 
 // name; it returns 0 when none answered.
 func (cl *clusterNode) askRetiredGeneration(ctx context.Context, name string) (int, string) {
 	for _, m := range cl.mem.Members() {
-		if m.Name == cl.n.cfg.Cluster.GossipName() || m.State != membership.StateAlive ||
+		if m.Name == cl.cfg.GossipName() || m.State != membership.StateAlive ||
 			(m.Meta.Bootstrap != membership.BootstrapHasState && m.Meta.Bootstrap != membership.BootstrapDone) {
 			continue
 		}
@@ -94,20 +93,19 @@ func (cl *clusterNode) askRetiredGeneration(ctx context.Context, name string) (i
 // marker's floor is the highest retired generation) and tells the run
 // loop to exit.
 func (cl *clusterNode) markReused(top int, from string) {
-	n := cl.n
-	reason := fmt.Sprintf("nodeid_retired: the cluster (asked %s) holds generation %d of %s retired", from, top, n.cfg.Cluster.GossipName())
-	if err := n.dir.WriteRetirement(datadir.Retirement{Reason: reason, NodeID: n.cfg.Cluster.Name, Floor: top}); err != nil {
+	reason := fmt.Sprintf("nodeid_retired: the cluster (asked %s) holds generation %d of %s retired", from, top, cl.cfg.GossipName())
+	if err := cl.opts.Dir.WriteRetirement(datadir.Retirement{Reason: reason, NodeID: cl.cfg.Name, Floor: top}); err != nil {
 		cl.log.Error("this NodeId is retired in the cluster but the retired marker could not be written: it stays out of the cluster (the reconciler refuses it); bring a new NodeId",
-			"node_id", n.cfg.Cluster.Name, "err", err)
+			"node_id", cl.cfg.Name, "err", err)
 		return
 	}
 	cl.log.Error("this NodeId is retired in the cluster (a lost data dir?): marked retired; the process exits and a restart comes back as the next generation",
-		"node_id", n.cfg.Cluster.Name, "retired_generation", top, "asked", from)
+		"node_id", cl.cfg.Name, "retired_generation", top, "asked", from)
 	close(cl.life.reused)
 }
 
 // reusedExit is what the run loop returns once markReused closed
 // cl.life.reused.
 func (cl *clusterNode) reusedExit() error {
-	return fmt.Errorf("%w: %s; restart to come back as the next generation", ErrNodeIDRetired, cl.n.cfg.Cluster.Name)
+	return fmt.Errorf("%w: %s; restart to come back as the next generation", ErrNodeIDRetired, cl.cfg.Name)
 }

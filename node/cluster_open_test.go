@@ -17,7 +17,7 @@ func TestReadinessWhileClusterOpens(t *testing.T) {
 	n := &Node{stage: stage.NewHolder(), fsm: ticket.New(500)}
 	n.cfg.Clock.DeltaMs = 500
 	n.cfg.Cluster.Enabled = true
-	n.mode = clusterMode{n: n, cl: &clusterNode{n: n}}
+	n.mode = clusterMode{n: n, cl: &clusterNode{host: clusterHost{n}}}
 	n.stage.Set(stage.Raft, "opening the data dir")
 	h := n.Readiness()
 	if h.Status == "ok" || h.Stage != string(stage.Raft) || !strings.Contains(h.Detail, "opening") {

@@ -27,7 +27,7 @@ const peerQueryTimeout = time.Second
 // localPeerStatus is this node's answer.
 func (cl *clusterNode) localPeerStatus() peerstatus.Status {
 	leader, _ := cl.leader()
-	c, r := cl.n.cons.Load(), cl.n.raft()
+	c, r := cl.host.Consensus(), cl.raft()
 	if c == nil || r == nil {
 		return peerstatus.Status{Leader: leader} // a gossip-only client, or Raft not open yet
 	}
@@ -159,7 +159,7 @@ func (cl *clusterNode) progress(ctx context.Context) func(id string) (uint64, bo
 // reconciler left out (beyond max_voters + max_standbys) hears from no
 // leader, and one it removed is never told (Raft stops replicating to it).
 func (cl *clusterNode) leader() (id, meshAddr string) {
-	if r := cl.n.raft(); r != nil {
+	if r := cl.raft(); r != nil {
 		addr, lid := r.LeaderWithID()
 		if lid != "" || cl.role() == membership.RoleVoter {
 			return string(lid), string(addr)

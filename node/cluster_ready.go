@@ -75,7 +75,7 @@ func uniformWhy(v uniformView, voters []string, members []membership.Member) (wh
 // advertise the voter role.
 func (cl *clusterNode) voters() []string {
 	var out []string
-	if r := cl.n.raft(); r != nil {
+	if r := cl.raft(); r != nil {
 		if f := r.GetConfiguration(); f.Error() == nil {
 			for _, s := range f.Configuration().Servers {
 				if s.Suffrage == raft.Voter {
@@ -100,7 +100,7 @@ func (cl *clusterNode) role() membership.Role {
 	if !cl.eligible() {
 		return membership.RoleClient
 	}
-	r := cl.n.raft()
+	r := cl.raft()
 	if r == nil {
 		return membership.RoleNone
 	}
@@ -109,7 +109,7 @@ func (cl *clusterNode) role() membership.Role {
 		return membership.RoleNone
 	}
 	for _, s := range f.Configuration().Servers {
-		if string(s.ID) == cl.n.cfg.Cluster.Name {
+		if string(s.ID) == cl.cfg.Name {
 			if s.Suffrage == raft.Voter {
 				return membership.RoleVoter
 			}
@@ -121,8 +121,8 @@ func (cl *clusterNode) role() membership.Role {
 
 // deltaMismatch is why this node's Δ differs from the replicated Δ, or "".
 func (cl *clusterNode) deltaMismatch() string {
-	if d := cl.n.fsm.Delta(); d != 0 && d != cl.n.cfg.Clock.DeltaMs {
-		return fmt.Sprintf("clock.delta_ms is %d but the cluster's replicated Δ is %d: this node never becomes ready, votes or joins; configure Δ %d", cl.n.cfg.Clock.DeltaMs, d, d)
+	if d := cl.opts.FSM.Delta(); d != 0 && d != cl.opts.DeltaMs {
+		return fmt.Sprintf("clock.delta_ms is %d but the cluster's replicated Δ is %d: this node never becomes ready, votes or joins; configure Δ %d", cl.opts.DeltaMs, d, d)
 	}
 	return ""
 }
@@ -132,11 +132,10 @@ func (cl *clusterNode) deltaMismatch() string {
 // leads); otherwise the stage, reason and detail. The caller still checks
 // this node's own clock and hold-off.
 func (cl *clusterNode) readiness(reason string) (stage.Stage, string, string) {
-	n := cl.n
 	// Until RunWith stores the consensus handle, open is still setting up
 	// the mesh, Raft and gossip (cl.mem): none of it may be read yet. The
 	// atomic store comes after open, so once it is seen they are set.
-	if n.cons.Load() == nil {
+	if cl.host.Consensus() == nil {
 		return stage.Raft, reasonNoLeader, "opening the cluster: mesh, raft, gossip"
 	}
 	if cl.checkRemoved() {
@@ -151,7 +150,7 @@ func (cl *clusterNode) readiness(reason string) (stage.Stage, string, string) {
 		cl.noteMismatch("uniform: " + why)
 		return stage.Uniform, reasonDeltaMismatch, "uniform: " + why
 	}
-	if n.raft() == nil && cl.eligible() {
+	if cl.raft() == nil && cl.eligible() {
 		return stage.Raft, reasonNoLeader, "raft is not open yet"
 	}
 	leader, _ := cl.leader()
@@ -164,7 +163,7 @@ func (cl *clusterNode) readiness(reason string) (stage.Stage, string, string) {
 			return stage.Raft, reason, "no leader known: not bootstrapping: " + why
 		}
 		return stage.Raft, reason, "no leader known (bootstrap or join pending, or an election)"
-	case leader == n.cfg.Cluster.Name && n.serving() != nil:
+	case leader == cl.cfg.Name && cl.host.Serving() != nil:
 		return stage.Replay, "replay", "this node leads but its barrier has not committed in this term"
 	}
 	if why != "" {
@@ -181,8 +180,7 @@ func (cl *clusterNode) checkUniform() (string, bool) {
 	if done {
 		return "", false
 	}
-	n := cl.n
-	v := uniformView{deltaMs: n.cfg.Clock.DeltaMs, protocol: protocol.Version, nowMs: n.wall.Now().UnixMilli(), staleMs: n.cfg.Clock.StalenessMs}
+	v := uniformView{deltaMs: cl.opts.DeltaMs, protocol: protocol.Version, nowMs: cl.opts.Wall.Now().UnixMilli(), staleMs: cl.opts.StalenessMs}
 	why, mismatch := uniformWhy(v, cl.voters(), cl.mem.Members())
 	if why != "" {
 		return why, mismatch
@@ -210,23 +208,15 @@ func (cl *clusterNode) noteMismatch(why string) {
 
 // clockMeta fills the advertised clock state, bound and sample time.
 func (cl *clusterNode) clockMeta(m *membership.Meta) {
-	n := cl.n
 	m.ClockState = membership.ClockHealthy
-	if err := n.guard.Check(); err != nil {
+	if err := cl.host.CheckClock(); err != nil {
 		m.ClockState = membership.ClockCheck
-		if n.clockErr() != nil {
+		if cl.host.ClockErr() != nil {
 			m.ClockState = membership.ClockFailed
 		}
 	}
-	if n.mon == nil {
-		m.ClockSampleUnixMs = n.wall.Now().UnixMilli() // an injected guard: as fresh as its answer
-		return
-	}
-	st := n.mon.Status()
-	m.ClockBoundMs = uint32(min(st.BoundMs, uint64(^uint32(0))))
-	if st.LastSample != nil && st.LastSample.AtUnixMs > 0 {
-		m.ClockSampleUnixMs = st.LastSample.AtUnixMs
-	}
+	bound, at := cl.host.ClockSample()
+	m.ClockBoundMs, m.ClockSampleUnixMs = uint32(min(bound, uint64(^uint32(0)))), at
 }
 
 // refreshLoop re-advertises this node's metadata every interval (the
@@ -234,11 +224,8 @@ func (cl *clusterNode) clockMeta(m *membership.Meta) {
 // healthy or FAILED within the staleness window; it also re-evaluates
 // uniform, so the log says when it first holds.
 func (cl *clusterNode) refreshLoop(ctx context.Context, newTicker clockhealth.TickerFunc) {
-	var failed <-chan struct{}
-	if f, ok := cl.n.guard.(interface{ Failed() <-chan struct{} }); ok {
-		failed = f.Failed()
-	}
-	every := time.Duration(cl.n.cfg.Clock.ProbeIntervalMs) * time.Millisecond
+	failed := cl.opts.ClockFailed
+	every := cl.opts.ProbeInterval
 	if every <= 0 {
 		every = time.Second
 	}
@@ -261,7 +248,7 @@ func (cl *clusterNode) refreshLoop(ctx context.Context, newTicker clockhealth.Ti
 		}
 		cancel()
 		cl.sampleBounds(time.Now())
-		if cur, _ := cl.n.stage.Get(); cur != stage.Failed && cur != stage.Stopping {
+		if cur, _ := cl.opts.Stage.Get(); cur != stage.Failed && cur != stage.Stopping {
 			_, _, _ = cl.readiness("")
 		}
 	}

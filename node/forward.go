@@ -57,15 +57,14 @@ type forwarder struct {
 // serve starts the forward server on the mesh's forward listener; the
 // returned func stops it (and the client) and waits.
 func (f *forwarder) serve(wg *sync.WaitGroup) func() {
-	n := f.cl.n
 	// Waiting grants and watches hold a slot each while they wait; they are
 	// capped (api.max_waiters, api.max_watchers), so the slots above the
 	// default stay free for renewals and everything else.
-	inflight := forward.DefaultMaxInFlight + n.cfg.API.MaxWaiters + n.cfg.API.MaxWatchers
+	inflight := forward.DefaultMaxInFlight + f.cl.opts.ForwardWaits
 	srv := forward.NewServer(forward.ServerConfig{MaxInFlight: inflight, Logger: f.cl.log.With("component", "forward")})
 	ln := f.cl.mesh.Listener(mesh.ClassForward)
 	wg.Go(func() {
-		if err := srv.Serve(ln, forward.HandlerFunc(n.forwarded)); err != nil && !errors.Is(err, forward.ErrClosed) {
+		if err := srv.Serve(ln, forward.HandlerFunc(f.cl.forwarded)); err != nil && !errors.Is(err, forward.ErrClosed) {
 			f.cl.log.Warn("forward server stopped", "err", err)
 		}
 	})
@@ -92,16 +91,15 @@ func (f *forwarder) serve(wg *sync.WaitGroup) func() {
 // route reports the leader to forward to: Raft is open, this node does
 // not lead, and it knows a leader other than itself.
 func (f *forwarder) route() (*forward.Client, bool) {
-	n := f.cl.n
-	cur, _ := n.stage.Get()
+	cur, _ := f.cl.opts.Stage.Get()
 	if cur == stage.Failed || cur == stage.Starting || cur == stage.ClockCheck || cur == stage.Stopping || f.cl.checkRemoved() {
 		return nil, false
 	}
-	if n.serving() == nil {
+	if f.cl.host.Serving() == nil {
 		return nil, false // this node leads
 	}
 	id, addr := f.cl.leader() // Raft's, or a gossip-only client's
-	if id == "" || id == n.cfg.Cluster.Name {
+	if id == "" || id == f.cl.cfg.Name {
 		return nil, false
 	}
 	f.mu.Lock()
@@ -139,7 +137,7 @@ func (f *forwarder) route() (*forward.Client, bool) {
 // forwardsTo is the leader a ticket op arriving now would be forwarded
 // to, "" when this node would serve it itself or cannot forward.
 func (f *forwarder) forwardsTo() string {
-	if r := f.cl.n.raft(); r != nil && r.State() == raft.Leader {
+	if r := f.cl.raft(); r != nil && r.State() == raft.Leader {
 		return "" // the common case, kept cheap: a leader serves its own
 	}
 	if _, ok := f.route(); !ok {
@@ -157,8 +155,9 @@ func (n *Node) ForwardsTo() string { return n.mode.forwardsTo() }
 
 // forwarded is the forward.Handler: this node's own local operations. A
 // wait holds a slot of peer's share (waiters.go).
-func (n *Node) forwarded(ctx context.Context, peer string, req forward.Request) forward.Response {
+func (cl *clusterNode) forwarded(ctx context.Context, peer string, req forward.Request) forward.Response {
 	ctx = withOrigin(ctx, peer)
+	local := cl.host.Local()
 	switch req.Op {
 	case forward.OpGrant, forward.OpRenew, forward.OpRelease, forward.OpRevoke:
 		if req.LeaseS > 255 {
@@ -168,13 +167,13 @@ func (n *Node) forwarded(ctx context.Context, peer string, req forward.Request) 
 			return forward.Response{Code: forward.CodeBadRequest, Message: fmt.Sprintf("field \"wait_ms\": %d is outside 0..=%d", req.WaitMs, api.MaxWaitMs)}
 		}
 		w := api.Write{Op: writeOps[req.Op], Name: req.Name, Holder: req.Holder, Token: req.Token, LeaseS: uint8(req.LeaseS), WaitMs: req.WaitMs}
-		out, err := n.writeLocal(ctx, w)
+		out, err := local.Write(ctx, w)
 		if err != nil {
 			return errResponse(err)
 		}
 		return writtenResponse(out)
 	case forward.OpGet:
-		t, ok, err := n.getLocal(ctx, req.Name)
+		t, ok, err := local.Get(ctx, req.Name)
 		if err != nil {
 			return errResponse(err)
 		}
@@ -188,7 +187,7 @@ func (n *Node) forwarded(ctx context.Context, peer string, req forward.Request) 
 		if wait > api.MaxWatchWait {
 			return forward.Response{Code: forward.CodeBadRequest, Message: fmt.Sprintf("wait %v is outside 0..=%v", wait, api.MaxWatchWait)}
 		}
-		t, ok, idx, err := n.watchLocal(ctx, req.Name, req.Index, wait)
+		t, ok, idx, err := local.Watch(ctx, req.Name, req.Index, wait)
 		if err != nil {
 			return errResponse(err)
 		}
@@ -199,7 +198,7 @@ func (n *Node) forwarded(ctx context.Context, peer string, req forward.Request) 
 		}
 		return forward.Response{Code: forward.CodeOK, Watched: w}
 	case forward.OpList:
-		ts, more, err := n.listLocal(ctx, req.Prefix, int(req.Limit))
+		ts, more, err := local.List(ctx, req.Prefix, int(req.Limit))
 		if err != nil {
 			return errResponse(err)
 		}
@@ -225,13 +224,13 @@ func (f *forwarder) forwardWrite(ctx context.Context, c *forward.Client, w api.W
 	if w.Op == ticket.OpGrant && w.WaitMs > 0 {
 		// A blocking grant waits on the leader, on a connection of its
 		// own: the caller going away closes it, which ends the wait there.
-		release, err := f.cl.n.waits.reserve(false, api.CallerOf(ctx))
+		release, err := f.cl.host.ReserveWait(false, api.CallerOf(ctx))
 		if err != nil {
 			return api.Written{}, err
 		}
 		defer release()
 		var cancel context.CancelFunc
-		ctx, cancel = f.cl.n.waits.bind(ctx) // ends when this node stops, too
+		ctx, cancel = f.cl.host.BindWait(ctx) // ends when this node stops, too
 		defer cancel()
 		req.WaitMs, do = w.WaitMs, c.DoAlone
 	}
@@ -278,13 +277,13 @@ func (f *forwarder) forwardWatch(ctx context.Context, c *forward.Client, name st
 	req := forward.Request{Op: forward.OpWatch, Name: name, Index: index, WaitMs: uint32(wait / time.Millisecond)}
 	do := c.Do
 	if wait > 0 {
-		release, err := f.cl.n.waits.reserve(true, api.CallerOf(ctx))
+		release, err := f.cl.host.ReserveWait(true, api.CallerOf(ctx))
 		if err != nil {
 			return ticket.Ticket{}, false, 0, err
 		}
 		defer release()
 		var cancel context.CancelFunc
-		ctx, cancel = f.cl.n.waits.bind(ctx)
+		ctx, cancel = f.cl.host.BindWait(ctx)
 		defer cancel()
 		do = c.DoAlone
 	}

@@ -30,14 +30,13 @@ func (n *Node) Liveness() wire.Health {
 // liveness is the cluster's part of /livez: the gossip health score
 // (after a boot grace) and Raft last contact; "" when live.
 func (cl *clusterNode) liveness() (reason, detail string) {
-	n := cl.n
-	lc := &n.cfg.Cluster.Liveness // cluster.liveness.* (cluster/config.go)
-	if mem := cl.mem; mem != nil && time.Since(n.started) > lc.BootGrace {
+	lc := &cl.cfg.Liveness // cluster.liveness.* (cluster/config.go)
+	if mem := cl.mem; mem != nil && time.Since(cl.opts.Started) > lc.BootGrace {
 		if s := mem.HealthScore(); s >= lc.MaxHealthScore {
 			return "gossip", fmt.Sprintf("gossip health score %d (≥ cluster.liveness.max_health_score %d: this node misses its own probe deadlines)", s, lc.MaxHealthScore)
 		}
 	}
-	r := n.raft()
+	r := cl.raft()
 	if r == nil || r.State() == raft.Leader || r.State() == raft.Shutdown {
 		return "", ""
 	}
@@ -58,7 +57,7 @@ func (cl *clusterNode) isVoter(r *raft.Raft) bool {
 		return true
 	}
 	for _, s := range f.Configuration().Servers {
-		if string(s.ID) == cl.n.cfg.Cluster.Name {
+		if string(s.ID) == cl.cfg.Name {
 			return s.Suffrage == raft.Voter
 		}
 	}

@@ -3,12 +3,15 @@ package node
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/api/wire"
 	"github.com/tckclk/tckclk/node/clockhealth"
+	"github.com/tckclk/tckclk/node/cluster"
 	"github.com/tckclk/tckclk/node/consensus"
 	"github.com/tckclk/tckclk/node/stage"
+	"github.com/tckclk/tckclk/node/ticket"
 )
 
 // clusterMode is cluster mode (SPEC §5) as the node's mode: the cluster
@@ -18,6 +21,83 @@ type clusterMode struct {
 	n     *Node
 	cl    *clusterNode
 	hooks *clusterHooks // tests: the cluster libraries' tuning
+}
+
+// newClusterMode builds the cluster half from the node's config: its
+// identity, trust map and gossip secret are loaded here, so a
+// misconfiguration refuses the start (a *config.Error naming the key).
+func newClusterMode(n *Node, hooks *clusterHooks) (clusterMode, error) {
+	var failed <-chan struct{}
+	if f, ok := n.guard.(interface{ Failed() <-chan struct{} }); ok {
+		failed = f.Failed()
+	}
+	cl, err := newClusterNode(clusterOptions{
+		Config: n.cfg.Cluster, DeltaMs: n.cfg.Clock.DeltaMs, StalenessMs: n.cfg.Clock.StalenessMs,
+		ProbeInterval: time.Duration(n.cfg.Clock.ProbeIntervalMs) * time.Millisecond,
+		ForwardWaits:  n.cfg.API.MaxWaiters + n.cfg.API.MaxWatchers,
+		Dir:           n.dir, FSM: n.fsm, Notify: n.notify, Stage: n.stage, Wall: n.wall, ClockFailed: failed,
+		Started: n.started, Logger: n.log, Registerer: n.reg, Host: clusterHost{n},
+	})
+	if err != nil {
+		return clusterMode{}, err
+	}
+	return clusterMode{n: n, cl: cl, hooks: hooks}, nil
+}
+
+// clusterHost is the node as the cluster half's cluster.Host: the few
+// things it asks of the node, and nothing else of *Node.
+type clusterHost struct{ n *Node }
+
+func (h clusterHost) Consensus() *consensus.Raft { return h.n.cons.Load() }
+
+func (h clusterHost) Propose(ctx context.Context, data []byte) (ticket.Result, error) {
+	return h.n.propose(ctx, data)
+}
+
+func (h clusterHost) Serving() error               { return h.n.serving() }
+func (h clusterHost) CheckClock() error            { return h.n.guard.Check() }
+func (h clusterHost) ClockErr() *clockhealth.Error { return h.n.clockErr() }
+
+func (h clusterHost) ClockSample() (uint64, int64) {
+	if h.n.mon == nil {
+		return 0, h.n.wall.Now().UnixMilli() // an injected guard: as fresh as its answer
+	}
+	st := h.n.mon.Status()
+	var at int64
+	if st.LastSample != nil && st.LastSample.AtUnixMs > 0 {
+		at = st.LastSample.AtUnixMs
+	}
+	return st.BoundMs, at
+}
+
+func (h clusterHost) Local() cluster.Tickets { return localOps{h.n} }
+
+func (h clusterHost) ReserveWait(watch bool, caller string) (func(), error) {
+	return h.n.waits.reserve(watch, caller)
+}
+
+func (h clusterHost) BindWait(ctx context.Context) (context.Context, context.CancelFunc) {
+	return h.n.waits.bind(ctx)
+}
+
+// localOps are this node's own ticket operations, as the leader: what a
+// forwarded request runs.
+type localOps struct{ n *Node }
+
+func (l localOps) Write(ctx context.Context, w api.Write) (api.Written, error) {
+	return l.n.writeLocal(ctx, w)
+}
+
+func (l localOps) Get(ctx context.Context, name string) (ticket.Ticket, bool, error) {
+	return l.n.getLocal(ctx, name)
+}
+
+func (l localOps) Watch(ctx context.Context, name string, index uint64, wait time.Duration) (ticket.Ticket, bool, uint64, error) {
+	return l.n.watchLocal(ctx, name, index, wait)
+}
+
+func (l localOps) List(ctx context.Context, prefix string, limit int) ([]ticket.Ticket, bool, error) {
+	return l.n.listLocal(ctx, prefix, limit)
 }
 
 func (clusterMode) name() string { return "cluster" }
@@ -120,4 +200,4 @@ func (m clusterMode) replace(ctx context.Context, old, repl string) (wire.Replac
 }
 
 func (m clusterMode) notLeader(what string) error { return m.cl.adminNotLeader(what) }
-func (m clusterMode) reload(cfg Config)           { m.cl.reload(cfg) }
+func (m clusterMode) reload(cfg Config)           { m.cl.reload(cfg.Cluster) }

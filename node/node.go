@@ -187,12 +187,10 @@ func newNode(cfg Config, deps *Deps, hooks testHooks) (*Node, error) {
 	}
 	n.mode = singleMode{n: n, tr: deps.Transport}
 	if cfg.Cluster.Enabled {
-		cl, err := n.loadCluster()
-		if err != nil {
+		if n.mode, err = newClusterMode(n, hooks.cluster); err != nil {
 			n.dir.Close()
 			return nil, err
 		}
-		n.mode = clusterMode{n: n, cl: cl, hooks: hooks.cluster}
 	}
 	return n, nil
 }
