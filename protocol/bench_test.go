@@ -46,8 +46,11 @@ const ratioBlock = 1024
 // "ratio" (total times), so machine noise falls on both sides, and the
 // median over rounds of one block each as "round_median_ratio", which a
 // block preempted on a busy machine does not move:
-//   - vs_prepared_hmac: ParseVerify against the floor, HMAC-SHA-256 over
-//     the same 50 bytes with one crypto/hmac state reused with Reset;
+//   - vs_prepared_hmac: Challenge.ParseVerify (the prober's check) against
+//     the floor, HMAC-SHA-256 over the same 50 bytes with one crypto/hmac
+//     state reused with Reset;
+//   - nonce_vs_prepared_hmac: ParseVerify with the bare nonce (encoded per
+//     call by NewChallenge) against the floor;
 //   - vs_fresh_hmac: the same against hmac.New per message, what computing
 //     "an HMAC" costs in straightforward code;
 //   - key_mac_vs_prepared_hmac: Key's own MAC of the same response (no
@@ -57,12 +60,13 @@ const ratioBlock = 1024
 //     the first ratio measures the parse, not a faster hash.
 //
 // What vs_prepared_hmac is made of (2 vCPUs, Go 1.26, each part measured
-// by taking it out of parseVerifyFast): Key's MAC 1.02, the numbers 0.09,
-// the MAC's base64 decode 0.07 (86 loads: table-bound), the nonce text
-// check 0.04, ParseVerify's own frame 0.02 — 1.23 in all. On this VM a
-// vCPU sometimes runs the same binary at 1.33–1.37 (there the numbers
-// alone cost 0.16): compare builds pinned to one CPU (taskset), interleaved,
-// never one run against another.
+// by taking it out of parseVerifyFast, builds interleaved on one pinned
+// CPU): Key's MAC 1.03, the numbers 0.06, the MAC's base64 decode 0.03,
+// the nonce's text comparison too little to measure, the frame and the
+// calls 0.05 — 1.16 in all (ParseVerify with the bare nonce 1.25). On this
+// VM a vCPU sometimes runs the same binary slower, 1.27 here (the numbers
+// 0.12 there, the decode 0.06; Key's MAC still 1.03): compare builds pinned
+// to one CPU (taskset), interleaved, never one run against another.
 func BenchmarkParseVerifyRatio(b *testing.B) {
 	key := NewKey(benchSecret)
 	line := []byte(goodLine)
