@@ -235,7 +235,7 @@ func clockFailoverTrial(ctx context.Context, e *env, trial int) (took, detect ti
 	if err != nil {
 		return 0, 0, "", fmt.Errorf("the lying leader did not fail: %w", err)
 	}
-	took, err = firstSuccess(ctx, p, lied)
+	took, _, err = firstSuccess(ctx, p, lied)
 	if err != nil {
 		return 0, 0, "", err
 	}

@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tckclk/tckclk/node/api/client"
@@ -30,6 +30,8 @@ type failoverResult struct {
 	Kind   string          `json:"kind,omitempty"` // kindKill or kindLost ("": kill -9, an older report)
 	Trials []time.Duration `json:"trials_ns"`
 	Errors []string        `json:"errors,omitempty"`
+	// Timelines explain every trial, failed ones too (failover_timeline.go).
+	Timelines []foTimeline `json:"timelines,omitempty"`
 }
 
 // The kinds of failover trial.
@@ -200,41 +202,61 @@ const (
 )
 
 // firstSuccess starts a probe every probeEvery and returns the time from
-// killed to the first that succeeds (60 s at most).
-func firstSuccess(ctx context.Context, p prober, killed time.Time) (time.Duration, error) {
+// killed to the first that succeeds (60 s at most) and what the probes
+// did.
+func firstSuccess(ctx context.Context, p prober, killed time.Time) (time.Duration, probeStats, error) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	won := make(chan time.Duration, 1)
+	type win struct {
+		d     time.Duration
+		n     int
+		start time.Time
+	}
+	won := make(chan win, 1)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
 	tick := time.NewTicker(probeEvery)
 	defer tick.Stop()
-	var lastErr atomic.Pointer[error]
+	var mu sync.Mutex
+	var lastErr error
+	errs := map[string]int{}
+	stats := func(n int) probeStats {
+		mu.Lock()
+		defer mu.Unlock()
+		return probeStats{Started: n, Errors: maps.Clone(errs)}
+	}
 	for n := 1; ; n++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			start := time.Now()
 			actx, acancel := context.WithTimeout(ctx, probeTimeout)
 			defer acancel()
 			if err := p.try(actx, n); err != nil {
-				lastErr.Store(&err)
+				mu.Lock()
+				if ctx.Err() == nil { // not one cut short by the first success
+					lastErr = err
+					errs[briefProbeErr(err)]++
+				}
+				mu.Unlock()
 				return
 			}
 			select {
-			case won <- time.Since(killed):
+			case won <- win{time.Since(killed), n, start}:
 			default:
 			}
 		}()
 		select {
-		case d := <-won:
-			return d, nil
+		case w := <-won:
+			ps := stats(n)
+			ps.Winner, ps.WinnerAt = w.n, w.start.Sub(killed)
+			return w.d, ps, nil
 		case <-ctx.Done():
-			err := ctx.Err()
-			if e := lastErr.Load(); e != nil {
-				err = *e
-			}
-			return 0, fmt.Errorf("no successful lock within 60 s of the kill: %w", err)
+			mu.Lock()
+			err := cmp.Or(lastErr, ctx.Err())
+			mu.Unlock()
+			return 0, stats(n), fmt.Errorf("no successful lock within 60 s of the kill: %w", err)
 		case <-tick.C:
 		}
 	}
@@ -304,7 +326,10 @@ func failovers(ctx context.Context, e *env, o options, out io.Writer) []failover
 				}
 				continue
 			}
-			d, err := freshFailover(ctx, e, o, t, trial, lab)
+			d, tl, err := freshFailover(ctx, e, o, t, trial, lab)
+			if tl != nil {
+				r.Timelines = append(r.Timelines, *tl)
+			}
 			if err != nil {
 				r.Errors = append(r.Errors, fmt.Sprintf("trial %d: %v", trial, err))
 				fmt.Fprintf(out, "failover %-24s trial %2d: %v\n", r.label(), trial, err)
@@ -312,15 +337,19 @@ func failovers(ctx context.Context, e *env, o options, out io.Writer) []failover
 			}
 			r.Trials = append(r.Trials, d)
 			fmt.Fprintf(out, "failover %-24s trial %2d: to the first successful lock %v\n", r.label(), trial, d.Round(time.Millisecond))
+			if tl != nil && t.system == "ticketd" {
+				fmt.Fprintf(out, "  %s\n", tl.line())
+			}
 		}
 	}
 	return res
 }
 
 // freshFailover starts t's cluster (in the lab for a lost machine), fails
-// its leader and times the first lock cycle through the survivors; the
-// cluster is stopped before it returns.
-func freshFailover(ctx context.Context, e *env, o options, t foTarget, trial int, lab *netLab) (time.Duration, error) {
+// its leader and times the first lock cycle through the survivors, and
+// gives the trial's timeline once the leader failed; the cluster is
+// stopped before it returns.
+func freshFailover(ctx context.Context, e *env, o options, t foTarget, trial int, lab *netLab) (time.Duration, *foTimeline, error) {
 	k := len(e.procs)
 	defer e.stopFrom(k)
 	prefix := fmt.Sprintf("fo%d-%s", trial, t.system)
@@ -329,18 +358,20 @@ func freshFailover(ctx context.Context, e *env, o options, t foTarget, trial int
 	}
 	var s *server
 	var err error
+	// The nodes log at info (the flags given win): the timeline's events.
+	tflags := append([]string{"--log.level", "info"}, o.ticketdFlags...)
 	switch {
 	case t.system == "etcd" && t.lost:
 		s, err = e.startEtcdHosts(ctx, prefix, lab.addrs, lab.wrap)
 	case t.system == "etcd":
 		s, err = e.startEtcdHosts(ctx, prefix, []string{"127.0.0.1", "127.0.0.1", "127.0.0.1"}, nil)
 	case t.lost:
-		s, err = e.startTicketdLab(ctx, prefix+"-", lab, o.ticketdFlags)
+		s, err = e.startTicketdLab(ctx, prefix+"-", lab, tflags)
 	default:
-		s, err = e.startTicketdSpec(ctx, clusterSpec{n: 3, extra: o.ticketdFlags, prefix: prefix + "-"})
+		s, err = e.startTicketdSpec(ctx, clusterSpec{n: 3, extra: tflags, prefix: prefix + "-"})
 	}
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	var lead int
 	err = poll(ctx, 60*time.Second, s.procs, func() error {
@@ -354,7 +385,7 @@ func freshFailover(ctx context.Context, e *env, o options, t foTarget, trial int
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("before the failure: %w", err)
+		return 0, nil, fmt.Errorf("before the failure: %w", err)
 	}
 	var survivors []string
 	for i, a := range s.addrs {
@@ -369,11 +400,11 @@ func freshFailover(ctx context.Context, e *env, o options, t foTarget, trial int
 		p, err = newTicketdProber(survivors)
 	}
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer p.close()
 	if err := p.try(ctx, 0); err != nil {
-		return 0, fmt.Errorf("probe before the failure: %w", err)
+		return 0, nil, fmt.Errorf("probe before the failure: %w", err)
 	}
 	failed := time.Now()
 	if t.lost {
@@ -383,7 +414,22 @@ func freshFailover(ctx context.Context, e *env, o options, t foTarget, trial int
 		err = s.procs[lead].cmd.Process.Kill()
 	}
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	return firstSuccess(ctx, p, failed)
+	d, ps, err := firstSuccess(ctx, p, failed)
+	if ps.Winner > 0 {
+		ps.Via = survivorName(s, survivors, ps.Winner)
+	}
+	tl := trialTimeline(trial, s.procs, lead, failed, d, ps)
+	return d, &tl, err
+}
+
+// survivorName is the node probe n went through (ticketdProber.try: node
+// n mod the survivors).
+func survivorName(s *server, survivors []string, n int) string {
+	a := survivors[n%len(survivors)]
+	if i := slices.Index(s.addrs, a); i >= 0 && s.system == "ticketd" {
+		return fmt.Sprintf("node-%d", i+1)
+	}
+	return a
 }
