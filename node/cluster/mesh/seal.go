@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/crypto/chacha20poly1305"
 )
@@ -186,7 +187,10 @@ func (o *Opener) ReadRecord(r io.Reader) ([]byte, error) {
 
 // sealedConn carries a session's bytes as sealed records over conn.
 // Reads are single-goroutine (yamux's receive loop), writes are
-// serialized. The first failure on either side closes conn.
+// serialized. The first failure on either side closes conn. A Read
+// that fails because a failed Write closed conn returns that Write's
+// error: a reset a write ran into ends the session as one (peerGone),
+// whichever of yamux's loops ends the session first.
 //
 // yamux writes a data frame's 12-byte header and its body in two Writes,
 // one right after the other on its send loop; the header of a data frame
@@ -208,6 +212,7 @@ type sealedConn struct {
 	scratch []byte
 	wbuf    []byte
 	werr    error
+	broke   atomic.Pointer[error] // werr, stored before the Write closes conn
 }
 
 // yamux's frame header (hashicorp/yamux const.go): version, type, flags
@@ -251,6 +256,9 @@ func (c *sealedConn) Read(p []byte) (int, error) {
 		}
 		plain, err := c.open.ReadRecord(c.Conn)
 		if err != nil {
+			if b := c.broke.Load(); b != nil && errors.Is(err, net.ErrClosed) {
+				err = *b
+			}
 			c.rerr = err
 			if errors.Is(err, ErrRecord) {
 				c.Conn.Close()
@@ -289,6 +297,7 @@ func (c *sealedConn) Write(p []byte) (int, error) {
 	if err != nil {
 		// A record may be half sent: the direction is unusable.
 		c.werr = err
+		c.broke.Store(&err)
 		c.Conn.Close()
 		return 0, err
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"testing"
@@ -621,5 +622,60 @@ func BenchmarkMeshStream(b *testing.B) {
 			}
 			reportCPU(b, cpu)
 		})
+	}
+}
+
+// failWrites is a connection whose writes fail with err (a reset the
+// kernel reports to a write) and send nothing.
+type failWrites struct {
+	net.Conn
+	err error
+}
+
+func (c failWrites) Write([]byte) (int, error) { return 0, c.err }
+
+// A Write that ran into a reset closes the connection; a Read that fails
+// because of that close (yamux's receive loop, which may end the session
+// before the send loop does) reports the reset, so the session ends as
+// the peer's doing (peerGone, SPEC §5 "Crash failover"), not as this
+// node's close.
+func TestSealedReadReportsWriteReset(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err == nil {
+			accepted <- c
+		}
+		close(accepted)
+	}()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if p := <-accepted; p != nil {
+		defer p.Close()
+	}
+	reset := &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.ECONNRESET)}
+	k1, k2 := bytes.Repeat([]byte{1}, KeySize), bytes.Repeat([]byte{2}, KeySize)
+	sc, err := newSealedConn(failWrites{c, reset}, k1, k2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan error, 1)
+	go func() { _, err := sc.Read(make([]byte, 1)); read <- err }()
+	if _, err := sc.Write([]byte("x")); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("Write: %v", err)
+	}
+	if err := <-read; !peerGone(err) {
+		t.Errorf("the Read pending at the reset: %v, not the peer gone", err)
+	}
+	if _, err := sc.Read(make([]byte, 1)); !peerGone(err) {
+		t.Errorf("a Read after the reset: %v, not the peer gone", err)
 	}
 }
