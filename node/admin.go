@@ -14,7 +14,7 @@ import (
 )
 
 // Members lists the Raft configuration (admin, api.Backend), in cluster
-// mode with every gossip member (admin_cluster.go).
+// mode with every gossip member (node/cluster/admin.go).
 func (n *Node) Members(ctx context.Context) (wire.Members, error) { return n.mode.members() }
 
 // TransferLeadership moves leadership to another voter (admin,
@@ -62,4 +62,23 @@ func (n *Node) Snapshot(ctx context.Context) (wire.SnapshotInfo, error) {
 	n.log.Info("snapshot taken", "id", meta.ID, "index", meta.Index, "size_bytes", meta.Size, "took", took.Round(time.Millisecond), "role", role)
 	return wire.SnapshotInfo{ID: meta.ID, Index: meta.Index, Term: meta.Term, SizeBytes: meta.Size, DurationMs: took.Milliseconds(), Tickets: tickets,
 		NodeID: n.cfg.Cluster.Name, Role: role}, nil
+}
+
+// ClusterHealth is GET /v1/cluster/health (api.HealthReporter).
+func (n *Node) ClusterHealth(ctx context.Context) (wire.ClusterHealth, error) {
+	return n.mode.health(ctx)
+}
+
+// ReplaceMember is ticketctl cluster replace OLD --with NEW (admin; the
+// leader only; api.Replacer). NEW must be an alive gossip member (gossip
+// admits only trusted keys), not retired, Raft-eligible and not already a
+// voter; OLD a server of the Raft configuration other than this leader,
+// whose removal leaves a quorum of the remaining voters alive in gossip.
+// OLD's NodeId is then recorded retired (the reconciler removes it, in
+// its quorum-safe order, and never adds it back), NEW is added as a
+// non-voter when it is not in the configuration yet, and the reconciler,
+// triggered, promotes it once it has caught up. The caller waits for that
+// (ticketctl --wait).
+func (n *Node) ReplaceMember(ctx context.Context, old, repl string) (wire.Replaced, error) {
+	return n.mode.replace(ctx, old, repl)
 }

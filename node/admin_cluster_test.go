@@ -72,7 +72,7 @@ func TestClusterGracefulStopHandsOff(t *testing.T) {
 	if err := lc.tn.stop(); err != nil {
 		t.Fatalf("the stopped leader returned %v", err)
 	}
-	if !lc.n.handedOff.Load() {
+	if !clusterOf(lc.n).HandedOff() {
 		t.Fatal("the leader stopped without transferring its leadership")
 	}
 	tc.nodes[leader] = nil

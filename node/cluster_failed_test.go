@@ -44,7 +44,7 @@ func formThree(t *testing.T, setup ...func(*testCluster)) (*testCluster, string)
 			return false
 		}
 		for _, cm := range tc.others(ls[0]) {
-			if id, _ := clusterOf(cm.n).leader(); id != ls[0] {
+			if id, _ := clusterOf(cm.n).Leader(); id != ls[0] {
 				return false
 			}
 		}
@@ -222,9 +222,7 @@ func TestClusterLeaderClockFails(t *testing.T) {
 	tc.names = slices.DeleteFunc(tc.names, func(n string) bool { return n == leader })
 	again := tc.start(leader, nl.gossipAddr(), 0)
 	waitFor(t, "the leader refuses the rejoining "+leader, 10*time.Second, func() bool {
-		clusterOf(nl.n).life.mu.Lock()
-		defer clusterOf(nl.n).life.mu.Unlock()
-		return clusterOf(nl.n).life.logged[leader]
+		return clusterOf(nl.n).RefusedRejoin(leader)
 	})
 	if ids := configIDs(nl); slices.Contains(ids, leader) {
 		t.Fatalf("a retired NodeId was added back: %v", ids)
@@ -332,7 +330,7 @@ func TestClusterLeaderClockFailsAlone(t *testing.T) {
 		}
 	}
 	waitFor(t, leader+" sees the followers gone", 10*time.Second, func() bool { return aliveCount(lc.n) == 1 })
-	if _, ok := clusterOf(lc.n).transferTarget(lc.n.raft()); ok {
+	if _, ok := clusterOf(lc.n).TransferTarget(lc.n.raft()); ok {
 		t.Fatal("a transfer target among stopped followers")
 	}
 	lie(t, lc)

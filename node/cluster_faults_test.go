@@ -178,7 +178,7 @@ func TestClusterDelayedMeshForms(t *testing.T) {
 			}
 		}
 	})
-	if got := tc.meshNet.Name(clusterOf(tc.nodes["n2"].n).mesh.Addr()); got != "n2" {
+	if got := tc.meshNet.Name(clusterOf(tc.nodes["n2"].n).Mesh().Addr()); got != "n2" {
 		t.Fatalf("n2's mesh address resolves to %q", got)
 	}
 	fc := tc.nodes[tc.follower(leader, "")]

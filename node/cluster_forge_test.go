@@ -30,7 +30,7 @@ func TestForgedGossipClaimRetiresNobody(t *testing.T) {
 	victim := tc.others(leader)[0]
 	vid := victim.n.cfg.Cluster.Name
 	secret := []byte("0123456789abcdef") // gossipSecret, decoded
-	pub := clusterOf(victim.n).key.Public().(ed25519.PublicKey)
+	pub := clusterOf(victim.n).PublicKey()
 	own, ok := memberMeta(lc.n, vid)
 	if !ok {
 		t.Fatalf("%s does not see %s", leader, vid)
@@ -75,7 +75,7 @@ func TestForgedGossipClaimRetiresNobody(t *testing.T) {
 	if m.Retired || m.ClockState != membership.ClockHealthy || m.Seq < own.Seq || lc.n.fsm.IsRetired(vid) {
 		t.Fatalf("after the forgery: %s's view of %s %+v, recorded retired %v", leader, vid, m, lc.n.fsm.IsRetired(vid))
 	}
-	for _, rm := range clusterOf(lc.n).withRetired(clusterOf(lc.n).reconcileMembers(lc.n.raft())) {
+	for _, rm := range clusterOf(lc.n).WithRetired(clusterOf(lc.n).ReconcileMembers(lc.n.raft())) {
 		if rm.ID == vid && (rm.Retired || !rm.ClockHealthy || !rm.Eligible) {
 			t.Fatalf("the reconciler's input for %s after the forgery: %+v", vid, rm)
 		}
@@ -112,14 +112,14 @@ func TestForgedDeadKeepsMeshKey(t *testing.T) {
 		g, _ := gossipState(t, lc, vid)
 		return g == "dead"
 	})
-	if k, ok := clusterOf(lc.n).adv.AdvertisedKey(vid); !ok || !k.Equal(clusterOf(victim.n).key.Public()) {
+	if k, ok := clusterOf(lc.n).AdvertisedKey(vid); !ok || !k.Equal(clusterOf(victim.n).PublicKey()) {
 		t.Fatalf("the mesh lost %s's key with a forged dead: %x %v", vid, k, ok)
 	}
-	if addr, err := clusterOf(lc.n).adv.ServerAddr(raft.ServerID(vid)); err != nil || addr != mesh.RaftAddress(raft.ServerID(vid), own.MeshAddr) {
+	if addr, err := clusterOf(lc.n).ServerAddr(raft.ServerID(vid)); err != nil || addr != mesh.RaftAddress(raft.ServerID(vid), own.MeshAddr) {
 		t.Fatalf("Raft's address of %s after a forged dead: %q %v, want %s at %s", vid, addr, err, vid, own.MeshAddr)
 	}
-	waitFor(t, leader+" hears "+vid+" in Raft", 10*time.Second, func() bool { return clusterOf(lc.n).tr.inContact(vid) })
-	for _, rm := range clusterOf(lc.n).withRetired(clusterOf(lc.n).reconcileMembers(lc.n.raft())) {
+	waitFor(t, leader+" hears "+vid+" in Raft", 10*time.Second, func() bool { return clusterOf(lc.n).InContact(vid) })
+	for _, rm := range clusterOf(lc.n).WithRetired(clusterOf(lc.n).ReconcileMembers(lc.n.raft())) {
 		if rm.ID == vid && (rm.Alive || !rm.RaftContact || rm.Retired) {
 			t.Fatalf("the reconciler's input for %s: %+v (want gossip-dead, in Raft contact)", vid, rm)
 		}

@@ -29,7 +29,7 @@ func TestClusterNextGenerationAtSameMeshAddress(t *testing.T) {
 	victim := tc.others(leader)[0]
 	name := victim.n.cfg.Cluster.Name
 	lc := tc.others(name)[0] // a node that stays (gossip seed)
-	meshAddr := clusterOf(victim.n).mesh.Addr()
+	meshAddr := clusterOf(victim.n).Mesh().Addr()
 	_, portStr, err := net.SplitHostPort(meshAddr)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +44,7 @@ func TestClusterNextGenerationAtSameMeshAddress(t *testing.T) {
 
 	meshNet.Isolate(name)
 	waitFor(t, "the leader loses Raft contact with "+name, 10*time.Second, func() bool {
-		return !clusterOf(tc.nodes[leader].n).tr.inContact(name)
+		return !clusterOf(tc.nodes[leader].n).InContact(name)
 	})
 	lie(t, victim)
 	var clockErr *clockhealth.Error
@@ -72,12 +72,12 @@ func TestClusterNextGenerationAtSameMeshAddress(t *testing.T) {
 	if got := next.n.cfg.Cluster.Name; got != want {
 		t.Fatalf("restarted as %q, want %q", got, want)
 	}
-	if got := clusterOf(next.n).mesh.Addr(); got != meshAddr {
+	if got := clusterOf(next.n).Mesh().Addr(); got != meshAddr {
 		t.Fatalf("%s listens at %s, want %s's address %s", want, got, name, meshAddr)
 	}
 
 	answeredFor := func(cm *clusterMember, id string) (time.Time, bool) {
-		at, _, ok := clusterOf(cm.n).tr.lastContact(id)
+		at, _, ok := clusterOf(cm.n).LastContact(id)
 		return at, ok && at.After(gone)
 	}
 	wantVoters := []string{want}

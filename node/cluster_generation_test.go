@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/node/clockhealth"
+	"github.com/tckclk/tckclk/node/cluster"
 	"github.com/tckclk/tckclk/node/datadir"
 )
 
@@ -170,7 +171,7 @@ func TestClusterLostDataDirNeverReusesNodeID(t *testing.T) {
 	if got := again.n.cfg.Cluster.Name; got != name {
 		t.Fatalf("an empty data dir started as %q, want %q", got, name)
 	}
-	if err := waitExit(t, again.tn, 20*time.Second); !errors.Is(err, ErrNodeIDRetired) {
+	if err := waitExit(t, again.tn, 20*time.Second); !errors.Is(err, cluster.ErrNodeIDRetired) {
 		t.Fatalf("%s on an empty data dir returned %v, want ErrNodeIDRetired", name, err)
 	}
 	if s, err := again.n.cons.Load().Servers(); err != nil || len(s) != 0 {

@@ -56,7 +56,7 @@ func TestClusterGracefulStopKeepsVote(t *testing.T) {
 		t.Fatalf("%s did not stop as a voter keeping its vote", name)
 	}
 	waitFor(t, "the leader sees "+name+" dead (not left)", 20*time.Second, func() bool {
-		for _, m := range clusterOf(lc.n).mem.Members() {
+		for _, m := range clusterOf(lc.n).Membership().Members() {
 			if m.ID == name {
 				return m.State == membership.StateDead
 			}
@@ -69,7 +69,7 @@ func TestClusterGracefulStopKeepsVote(t *testing.T) {
 	// Two more passes with the voter gone: none removes it.
 	for range 2 {
 		passes := rec.count("node="+leader, "reconcile pass done")
-		clusterOf(lc.n).runner().Trigger()
+		clusterOf(lc.n).Runner().Trigger()
 		waitFor(t, "a reconciler pass", 20*time.Second, func() bool { return rec.count("node="+leader, "reconcile pass done") > passes })
 	}
 	if !voterIn(lc, name) {
@@ -78,7 +78,7 @@ func TestClusterGracefulStopKeepsVote(t *testing.T) {
 	// Back on its data dir: a voter at once (no add, no promotion).
 	nc := tc.startWith(name, lc.gossipAddr(), cfg.Cluster.Raft.BootstrapExpect, func(c *Config) { c.Cluster.Raft = cfg.Cluster.Raft })
 	waitFor(t, name+" alive again on the leader", 20*time.Second, func() bool {
-		for _, m := range clusterOf(lc.n).mem.Members() {
+		for _, m := range clusterOf(lc.n).Membership().Members() {
 			if m.ID == name {
 				return m.State == membership.StateAlive
 			}
@@ -182,7 +182,7 @@ func TestClusterAdminWithoutLeader(t *testing.T) {
 	// leader before it changes the state, so a stepping-down leader briefly
 	// knows no leader while it still is one.
 	waitFor(t, leader+" without a leader", 30*time.Second, func() bool {
-		id, _ := clusterOf(lc.n).leader()
+		id, _ := clusterOf(lc.n).Leader()
 		return id == "" && lc.n.raft().State() != raft.Leader
 	})
 	for what, call := range map[string]func() error{

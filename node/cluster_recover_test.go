@@ -46,7 +46,7 @@ func TestClusterWholeClusterRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A NodeId in the replicated retired set only (never in a configuration).
-	if err := clusterOf(lc.n).proposeRetire(bg, "ghost"); err != nil {
+	if err := clusterOf(lc.n).ProposeRetire(bg, "ghost"); err != nil {
 		t.Fatal(err)
 	}
 	before := listAll(t, lc.tn)
@@ -166,7 +166,7 @@ func TestClusterWholeClusterRecovery(t *testing.T) {
 		}
 		for _, x := range s {
 			if x.ID == "r1" {
-				return string(x.Address) == clusterOf(r1.n).mesh.Addr()
+				return string(x.Address) == clusterOf(r1.n).Mesh().Addr()
 			}
 		}
 		return false

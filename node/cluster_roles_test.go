@@ -109,11 +109,11 @@ func TestClusterRoles(t *testing.T) {
 			var leader string
 			waitFor(t, "a leader reconciles once more", 20*time.Second, func() bool {
 				lc := tc.raftLeader()
-				if lc == nil || clusterOf(lc.n).runner() == nil {
+				if lc == nil || clusterOf(lc.n).Runner() == nil {
 					return false
 				}
 				leader = lc.n.cfg.Cluster.Name
-				clusterOf(lc.n).runner().Trigger()
+				clusterOf(lc.n).Runner().Trigger()
 				return true
 			})
 			waitFor(t, "the configuration stays", 5*time.Second, func() bool {
@@ -180,10 +180,10 @@ func TestClusterRoles(t *testing.T) {
 // harness's cleanup stops what is left of the process.
 func kill(t *testing.T, cm *clusterMember) {
 	t.Helper()
-	if err := clusterOf(cm.n).mesh.Close(); err != nil {
+	if err := clusterOf(cm.n).Mesh().Close(); err != nil {
 		t.Fatalf("kill: mesh: %v", err)
 	}
-	if err := clusterOf(cm.n).mem.Close(); err != nil {
+	if err := clusterOf(cm.n).Membership().Close(); err != nil {
 		t.Fatalf("kill: gossip: %v", err)
 	}
 	if err := cm.n.raft().Shutdown().Error(); err != nil {

@@ -27,7 +27,7 @@ func (tc *testCluster) restart(name, join string) *clusterMember {
 	t.Helper()
 	old := tc.nodes[name]
 	cfg := old.an.cfg
-	_, p, err := net.SplitHostPort(clusterOf(old.n).mesh.Addr())
+	_, p, err := net.SplitHostPort(clusterOf(old.n).Mesh().Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,8 +55,8 @@ func (tc *testCluster) restart(name, join string) *clusterMember {
 		if prev != nil {
 			prev(d, h)
 		}
-		hook := h.cluster.mesh
-		h.cluster.mesh = func(c *mesh.Config) { hook(c); c.BindPort = meshPort }
+		hook := h.cluster.Mesh
+		h.cluster.Mesh = func(c *mesh.Config) { hook(c); c.BindPort = meshPort }
 	}
 	return tc.startWith(name, join, cfg.Cluster.Raft.BootstrapExpect, func(c *Config) {
 		c.Cluster.Raft = cfg.Cluster.Raft // the same data dir and Raft settings
@@ -414,7 +414,7 @@ func TestClusterVoterRestartsOnNewMeshPort(t *testing.T) {
 	lc := tc.nodes[leader]
 	victim := tc.others(leader)[0].n.cfg.Cluster.Name
 	old := tc.nodes[victim]
-	oldAddr := clusterOf(old.n).mesh.Addr()
+	oldAddr := clusterOf(old.n).Mesh().Addr()
 	cfg := old.an.cfg
 	if err := old.tn.stop(); err != nil {
 		t.Fatalf("stop %s: %v", victim, err)
@@ -425,7 +425,7 @@ func TestClusterVoterRestartsOnNewMeshPort(t *testing.T) {
 	nc := tc.startWith(victim, lc.gossipAddr(), cfg.Cluster.Raft.BootstrapExpect, func(c *Config) {
 		c.Cluster.Raft = cfg.Cluster.Raft
 	})
-	if clusterOf(nc.n).mesh.Addr() == oldAddr {
+	if clusterOf(nc.n).Mesh().Addr() == oldAddr {
 		t.Skipf("the ephemeral port came back the same (%s): nothing to test this time", oldAddr)
 	}
 	waitFor(t, victim+" applied the grant made while it was away", 20*time.Second, func() bool {

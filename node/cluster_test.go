@@ -6,7 +6,6 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -129,8 +128,8 @@ func (tc *testCluster) startWith(name, join string, expect int, edit func(*Confi
 		lw = io.MultiWriter(gl, tc.logTo)
 	}
 	cm.an.deps.Logger = slog.New(slog.NewTextHandler(lw, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", name)
-	cm.an.hooks.cluster = &clusterHooks{
-		mesh: func(c *mesh.Config) {
+	cm.an.hooks.cluster = &cluster.Tuning{
+		Mesh: func(c *mesh.Config) {
 			if c.BindPort == 0 { // cluster.internode.bind_port unset: not the 7950–7959 range
 				c.BindPort = mesh.EphemeralPort
 			}
@@ -139,7 +138,7 @@ func (tc *testCluster) startWith(name, join string, expect int, edit func(*Confi
 				c.WrapListener = func(ln net.Listener) net.Listener { return fn.Listener(name, ln) }
 			}
 		},
-		membership: func(c *membership.Config) {
+		Membership: func(c *membership.Config) {
 			if tc.gossipNet != nil {
 				tc.gossipTransport(name, c, gl)
 			}
@@ -152,10 +151,10 @@ func (tc *testCluster) startWith(name, join string, expect int, edit func(*Confi
 				c.Timing.GossipInterval, c.Timing.PushPullInterval, c.Timing.TCPTimeout = 100*time.Millisecond, time.Second, 2*time.Second
 			}
 		},
-		started:   func(addr string) { cm.gossip <- addr },
-		timing:    tc.raftTiming(),
-		window:    cmp.Or(tc.window, 300*time.Millisecond),
-		stableFor: 300 * time.Millisecond,
+		Started:   func(addr string) { cm.gossip <- addr },
+		Timing:    tc.raftTiming(),
+		Window:    cmp.Or(tc.window, 300*time.Millisecond),
+		StableFor: 300 * time.Millisecond,
 	}
 	if tc.beforeStart != nil {
 		tc.beforeStart(&cm.an.deps, &cm.an.hooks)
@@ -231,7 +230,7 @@ func (tc *testCluster) scaled() bool {
 }
 
 // gossipAddr is name's gossip address (known once start returned).
-func (cm *clusterMember) gossipAddr() string { return clusterOf(cm.n).mem.LocalAddr() }
+func (cm *clusterMember) gossipAddr() string { return clusterOf(cm.n).Membership().LocalAddr() }
 
 // leaders lists the nodes whose status says they lead.
 func (tc *testCluster) leaders() []string {
@@ -387,7 +386,7 @@ func TestClusterTwoOfThreeDoNotBootstrap(t *testing.T) {
 
 func aliveCount(n *Node) int {
 	c := 0
-	for _, m := range clusterOf(n).mem.Members() {
+	for _, m := range clusterOf(n).Membership().Members() {
 		if m.State == membership.StateAlive {
 			c++
 		}
@@ -398,7 +397,8 @@ func aliveCount(n *Node) int {
 func consensusElection() time.Duration { return 1 * time.Second }
 
 // SPEC §3, §5: a cluster node without a clock agent refuses to start,
-// naming clock.agent_addr; a conflicting bootstrap_expect never bootstraps.
+// naming clock.agent_addr (a conflicting bootstrap_expect never
+// bootstraps: node/cluster TestBootstrapServersRefusals).
 func TestClusterConfigRefusals(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
 	cfg.Cluster.Enabled = true
@@ -406,24 +406,6 @@ func TestClusterConfigRefusals(t *testing.T) {
 	var ce *config.Error
 	if err := cfg.Validate(); !errors.As(err, &ce) || ce.Path != "clock.agent_addr" {
 		t.Fatalf("cluster without an agent: %v", err)
-	}
-	members := func(expects ...int) []membership.Member {
-		var out []membership.Member
-		for i, e := range expects {
-			out = append(out, membership.Member{ID: fmt.Sprintf("n%d", i), State: membership.StateAlive,
-				Meta: membership.Meta{MeshAddr: fmt.Sprintf("127.0.0.1:%d", 9000+i), DeltaMs: 500, RaftEligible: true, BootstrapExpect: uint8(e), Bootstrap: membership.BootstrapWaiting}})
-		}
-		return out
-	}
-	if s, why := bootstrapServers("n0", "x", 3, 500, members(3, 2, 3)); s != nil || !strings.Contains(why, "conflicting bootstrap_expect") {
-		t.Fatalf("conflicting expect: %v %q", s, why)
-	}
-	s, why := bootstrapServers("n0", "x", 3, 500, members(3, 3, 3))
-	if len(s) != 3 || why != "" || s[0].ID != "n0" || s[2].Address != "127.0.0.1:9002" {
-		t.Fatalf("three of three: %v %q", s, why)
-	}
-	if s, _ := bootstrapServers("n0", "x", 3, 500, members(3, 3, 3, 3)); s != nil {
-		t.Fatalf("four advertising 3 bootstrapped: %v", s)
 	}
 }
 

@@ -37,7 +37,7 @@ func TestClusterMutualTLS(t *testing.T) {
 	leader := tc.leader()
 	lc := tc.nodes[leader]
 	for _, name := range []string{"n1", "n2", "n3"} {
-		if clusterOf(tc.nodes[name].n).tls == nil {
+		if clusterOf(tc.nodes[name].n).TLS() == nil {
 			t.Fatalf("%s runs its mesh without TLS", name)
 		}
 	}
@@ -90,19 +90,19 @@ func TestClusterMeshHandshakesCounted(t *testing.T) {
 	tc, leader := formThree(t)
 	lc := tc.nodes[leader]
 	var followers []string
-	for _, p := range clusterOf(lc.n).mesh.Peers() {
+	for _, p := range clusterOf(lc.n).Mesh().Peers() {
 		followers = append(followers, p.ID)
 	}
 	if len(followers) != 2 {
 		t.Fatalf("the leader %s holds mesh sessions with %v, want both followers", leader, followers)
 	}
 	a, b := tc.nodes[followers[0]], tc.nodes[followers[1]]
-	if _, err := clusterOf(a.n).queryPeer(bg, followers[1], clusterOf(b.n).mesh.Addr()); err != nil {
+	if _, err := clusterOf(a.n).QueryPeer(bg, followers[1], clusterOf(b.n).Mesh().Addr()); err != nil {
 		t.Fatalf("%s asking %s for its peer status: %v", followers[0], followers[1], err)
 	}
 	for _, name := range tc.names {
 		cm := tc.nodes[name]
-		if peers := clusterOf(cm.n).mesh.Peers(); len(peers) != 2 {
+		if peers := clusterOf(cm.n).Mesh().Peers(); len(peers) != 2 {
 			t.Fatalf("%s holds mesh sessions with %v, want its two peers", name, peers)
 		}
 		if ok := meshOK(t, cm); ok < 2 {

@@ -269,7 +269,7 @@ func dialAs(t *testing.T, cm, to *clusterMember) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(bg, 10*time.Second)
 	defer cancel()
-	s, err := clusterOf(cm.n).mesh.Dial(ctx, clusterOf(to.n).mesh.Addr(), to.n.cfg.Cluster.Name, mesh.ClassBootstrap)
+	s, err := clusterOf(cm.n).Mesh().Dial(ctx, clusterOf(to.n).Mesh().Addr(), to.n.cfg.Cluster.Name, mesh.ClassBootstrap)
 	if err == nil {
 		s.Close()
 	}

@@ -267,7 +267,7 @@ func CheckConfig(cfg Config, env secret.Lookup) error {
 		return err
 	}
 	if cfg.Cluster.Enabled {
-		if _, err := loadClusterKeys(&cfg.Cluster); err != nil {
+		if err := cluster.CheckKeys(&cfg.Cluster); err != nil {
 			return err
 		}
 	}

@@ -30,7 +30,7 @@
 //     every later start then holds off 250 s + Δ, and the marker goes only
 //     after a hold-off passed with a healthy clock. A cluster node instead
 //     writes the retired marker, hands leadership off, shuts Raft down and
-//     exits (cluster_failed.go, SPEC §3.4).
+//     exits (node/cluster/failed.go, SPEC §3.4).
 //   - Reads are linearizable: the leader has committed a Barrier in its
 //     current term and VerifyLeader succeeds for the read.
 //

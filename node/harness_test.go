@@ -17,6 +17,7 @@ import (
 
 	"github.com/tckclk/tckclk/node/api/client"
 	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
+	"github.com/tckclk/tckclk/node/cluster"
 	"go.uber.org/goleak"
 )
 
@@ -191,11 +192,11 @@ func writeFile(t testing.TB, dir, name, content string, mode os.FileMode) string
 	return p
 }
 
-// clusterOf is a cluster node's cluster half, for tests that look inside
-// it (nil for a single node).
-func clusterOf(n *Node) *clusterNode {
+// clusterOf is a cluster node's cluster half as tests look inside it
+// (cluster.Internals); the zero Internals for a single node.
+func clusterOf(n *Node) cluster.Internals {
 	if m, ok := n.mode.(clusterMode); ok {
-		return m.cl
+		return m.cl.Internals()
 	}
-	return nil
+	return cluster.Internals{}
 }

@@ -3,17 +3,16 @@ package node
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/api/wire"
 	"github.com/tckclk/tckclk/node/clockhealth"
+	"github.com/tckclk/tckclk/node/cluster"
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/consensus"
 	"github.com/tckclk/tckclk/node/datadir"
 	"github.com/tckclk/tckclk/node/stage"
-	"github.com/tckclk/tckclk/node/ticket"
 )
 
 // mode is what a single node and a cluster node (SPEC §5) do differently.
@@ -63,7 +62,7 @@ type mode interface {
 
 	// route is the leader's ticket operations when this node forwards
 	// to it; forwardsTo names that leader ("" when it serves them itself).
-	route() (ticketOps, bool)
+	route() (cluster.Tickets, bool)
 	forwardsTo() string
 	// aliveNodes counts the cluster's alive members, this node included.
 	aliveNodes() int
@@ -80,15 +79,6 @@ type mode interface {
 
 	// reload applies what may change while running (SIGHUP).
 	reload(cfg Config)
-}
-
-// ticketOps are the ticket operations of SPEC §4.1: this node's own, or
-// the leader's through forwarding.
-type ticketOps interface {
-	Write(ctx context.Context, w api.Write) (api.Written, error)
-	Get(ctx context.Context, name string) (ticket.Ticket, bool, error)
-	Watch(ctx context.Context, name string, index uint64, wait time.Duration) (ticket.Ticket, bool, uint64, error)
-	List(ctx context.Context, prefix string, limit int) ([]ticket.Ticket, bool, error)
 }
 
 // singleMode is one durable Raft voter without gossip (cluster.enabled
@@ -161,11 +151,11 @@ func (s singleMode) leader() string {
 	return ""
 }
 
-func (singleMode) gossipOnly() bool            { return false }
-func (singleMode) route() (ticketOps, bool)    { return nil, false }
-func (singleMode) forwardsTo() string          { return "" }
-func (singleMode) aliveNodes() int             { return 1 }
-func (singleMode) notLeader(what string) error { return nil }
+func (singleMode) gossipOnly() bool               { return false }
+func (singleMode) route() (cluster.Tickets, bool) { return nil, false }
+func (singleMode) forwardsTo() string             { return "" }
+func (singleMode) aliveNodes() int                { return 1 }
+func (singleMode) notLeader(what string) error    { return nil }
 
 // members is the Raft configuration: this node.
 func (s singleMode) members() (wire.Members, error) {
@@ -173,11 +163,11 @@ func (s singleMode) members() (wire.Members, error) {
 	if r == nil {
 		return wire.Members{}, api.Unavailable(string(stage.Starting), "starting", "raft is not open yet")
 	}
-	byID, err := raftMembers(r)
+	byID, err := cluster.ConfigMembers(r)
 	if err != nil {
 		return wire.Members{}, err
 	}
-	return wire.Members{Members: sortedMembers(byID)}, nil
+	return wire.Members{Members: cluster.SortMembers(byID)}, nil
 }
 
 var errSingleNode = api.Refuse(api.KindConflict, "single_node",

@@ -105,7 +105,6 @@ type Node struct {
 
 	barrierTerm   atomic.Uint64 // term in which this leader's Barrier committed
 	expiryRounds  atomic.Uint64 // rounds of the expiry loop (tests wait on it)
-	handedOff     atomic.Bool   // a stop transferred leadership (tests read it)
 	started       time.Time     // when newNode ran (liveness boot grace)
 	leaderChanges prometheus.Counter
 	expireEarly   bool // testHooks.expireEarly (tests only)
@@ -220,7 +219,7 @@ func (n *Node) run(ctx context.Context, deps *Deps, hooks testHooks) (err error)
 	if f, ok := n.guard.(interface{ Failed() <-chan struct{} }); ok {
 		failed = f.Failed()
 	}
-	reused := n.mode.reused() // the cluster holds this NodeId retired (cluster_generation.go)
+	reused := n.mode.reused() // the cluster holds this NodeId retired (node/cluster/generation.go)
 	if n.mon != nil {
 		if err := n.mon.Start(); err != nil {
 			return err
@@ -306,8 +305,7 @@ func (n *Node) run(ctx context.Context, deps *Deps, hooks testHooks) (err error)
 				return err
 			}
 		case <-reused:
-			n.stage.Set(stage.Removed, reasonRemoved)
-			return n.mode.reusedExit()
+			return n.mode.reusedExit() // stage removed
 		case <-deps.Reload:
 			n.reload(deps.ReloadConfig)
 		}

@@ -66,3 +66,8 @@ func (n *Node) listLocal(ctx context.Context, prefix string, limit int) ([]ticke
 	n.waits.queued(ts)
 	return ts, more, nil
 }
+
+// ForwardsTo (api.LeaderHinter): in cluster mode on a node that forwards
+// ticket ops, the leader's NodeId; the API names it in wire.LeaderHeader
+// so that a client with several addresses can go to the leader itself.
+func (n *Node) ForwardsTo() string { return n.mode.forwardsTo() }

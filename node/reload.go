@@ -1,7 +1,5 @@
 package node
 
-import "github.com/tckclk/tckclk/node/cluster"
-
 // reload re-reads the configuration (SIGHUP) and applies what may change
 // while running: in cluster mode the trust map, validated with the self rule
 // before it replaces the old one (identity.Store.Replace keeps the old map
@@ -18,13 +16,4 @@ func (n *Node) reload(read func() (Config, error)) {
 		return
 	}
 	n.mode.reload(cfg)
-}
-
-// reload replaces the trust map (cluster.internode.trusted_peer_keys).
-func (cl *clusterNode) reload(cfg cluster.Config) {
-	if err := cl.trust.Replace(cfg.Internode.TrustedPeerKeys); err != nil {
-		cl.opts.Logger.Error("reload refused: the new trust map is invalid; the old one stays", "err", err)
-		return
-	}
-	cl.opts.Logger.Info("reload: trust map replaced (other changes need a restart)", "peers", len(cfg.Internode.TrustedPeerKeys))
 }

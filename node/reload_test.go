@@ -43,14 +43,14 @@ func TestTrustMapReload(t *testing.T) {
 	grown := maps.Clone(tc.trust)
 	grown["node-x"] = newPub
 	apply(with(grown))
-	waitFor(t, "node-x trusted", 5*time.Second, func() bool { _, ok := clusterOf(cm.n).trust.Lookup("node-x"); return ok })
+	waitFor(t, "node-x trusted", 5*time.Second, func() bool { _, ok := clusterOf(cm.n).Trust().Lookup("node-x"); return ok })
 
 	apply(with(map[string]string{"node-x": newPub})) // no self entry: refused
 	// The reload channel is unbuffered: this send is taken only once the
 	// run loop has finished the reload before it.
 	apply(func() (Config, error) { return Config{}, errors.New("config: does not parse") })
-	_, self := clusterOf(cm.n).trust.Lookup("node-a")
-	_, x := clusterOf(cm.n).trust.Lookup("node-x")
+	_, self := clusterOf(cm.n).Trust().Lookup("node-a")
+	_, x := clusterOf(cm.n).Trust().Lookup("node-x")
 	if !self || !x {
 		t.Fatalf("a refused reload changed the trust map (node-a %v, node-x %v)", self, x)
 	}

@@ -23,7 +23,7 @@ func (n *Node) serving() error {
 	if cur != stage.Ready {
 		if cur == stage.Failed {
 			if err := n.guard.Check(); err != nil {
-				return n.mode.refuseClock(err) // cluster mode says retired (cluster_failed.go)
+				return n.mode.refuseClock(err) // cluster mode says retired (mode_cluster.go)
 			}
 		}
 		if reason == "" {
@@ -41,7 +41,7 @@ func (n *Node) serving() error {
 // clockOK is the pre-proposal clock check (SPEC §3.2) as an API answer.
 func (n *Node) clockOK() error {
 	if err := n.guard.Check(); err != nil {
-		return n.mode.refuseClock(err) // cluster mode says retired (cluster_failed.go)
+		return n.mode.refuseClock(err) // cluster mode says retired (mode_cluster.go)
 	}
 	return nil
 }

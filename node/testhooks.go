@@ -1,5 +1,7 @@
 package node
 
+import "github.com/tckclk/tckclk/node/cluster"
+
 // testHooks are what this package's tests hand a node beside its Deps
 // (runWith): no part of Deps, so nothing outside the package can set them.
 type testHooks struct {
@@ -10,5 +12,5 @@ type testHooks struct {
 	// rule exists to prevent. A -tags tckclk_testfaults binary sets it for
 	// the process (TestFaultExpireEarly).
 	expireEarly bool
-	cluster     *clusterHooks // cluster library tuning
+	cluster     *cluster.Tuning // cluster library tuning
 }

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/tckclk/tckclk/node/api"
+	"github.com/tckclk/tckclk/node/cluster"
 	"github.com/tckclk/tckclk/node/stage"
 	"github.com/tckclk/tckclk/node/ticket"
 )
@@ -45,12 +46,6 @@ func (w *waiter) signal() {
 	default:
 	}
 }
-
-// The 429 codes of the two caps.
-const (
-	tooManyWaiters  = "too_many_waiters"
-	tooManyWatchers = "too_many_watchers"
-)
 
 // share says whose slot a wait holds: the node it came through (counted
 // on the leader) and the caller on its entry node. Either may be "": a
@@ -158,8 +153,8 @@ type waitHub struct {
 
 func newWaitHub(self string, a APIConfig, nodes func() int) *waitHub {
 	h := &waitHub{self: self, nodes: nodes,
-		waits:    newSlots(tooManyWaiters, "blocking grants", "api.max_waiters", a.MaxWaiters, a.MaxWaitersPerCaller),
-		watches:  newSlots(tooManyWatchers, "blocking reads", "api.max_watchers", a.MaxWatchers, a.MaxWatchersPerCaller),
+		waits:    newSlots(api.CodeTooManyWaiters, "blocking grants", "api.max_waiters", a.MaxWaiters, a.MaxWaitersPerCaller),
+		watches:  newSlots(api.CodeTooManyWatchers, "blocking reads", "api.max_watchers", a.MaxWatchers, a.MaxWatchersPerCaller),
 		queues:   map[string][]*waiter{},
 		watchers: map[string]map[*waiter]struct{}{}}
 	h.stopCtx, h.stop = context.WithCancel(context.Background())
@@ -362,19 +357,11 @@ func (h *waitHub) counts() (waiters, watchers int) {
 	return h.waits.n, h.watches.n
 }
 
-// originKey marks a wait forwarded to this leader with the node it came
-// through.
-type originKey struct{}
-
-func withOrigin(ctx context.Context, node string) context.Context {
-	return context.WithValue(ctx, originKey{}, node)
-}
-
 // shareOf is whose slot a wait on this node holds: forwarded, the node it
 // came through (its caller was counted there); else this node and the
 // caller.
 func (h *waitHub) shareOf(ctx context.Context) share {
-	if node, ok := ctx.Value(originKey{}).(string); ok {
+	if node, ok := cluster.Origin(ctx); ok {
 		return share{node: node}
 	}
 	return share{node: h.self, caller: api.CallerOf(ctx)}

@@ -22,7 +22,7 @@ func TestWaitSharesGuarantee(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		maxN := rapid.IntRange(1, 64).Draw(rt, "max")
 		nodes := rapid.IntRange(1, 6).Draw(rt, "nodes")
-		s := newSlots(tooManyWaiters, "blocking grants", "api.max_waiters", maxN, maxN)
+		s := newSlots(api.CodeTooManyWaiters, "blocking grants", "api.max_waiters", maxN, maxN)
 		g := s.guarantee(nodes)
 		var held []share
 		for i := range rapid.IntRange(1, 300).Draw(rt, "steps") {

@@ -25,6 +25,13 @@ const (
 	kindTooLarge     // 413
 )
 
+// The codes of KindTooMany: the node's cap on blocking grants (wait_ms)
+// and on blocking reads (?wait=) (SPEC §4.2).
+const (
+	CodeTooManyWaiters  = "too_many_waiters"
+	CodeTooManyWatchers = "too_many_watchers"
+)
+
 // Error is a Backend's refusal: its kind, a short code, a message for a
 // person, and for 503s the readiness stage and the reason (a SPEC §1.5
 // reason for a FAILED clock).

@@ -1,4 +1,4 @@
-package node
+package cluster
 
 // A data dir lost entirely (SPEC §3.4: a NodeId is never reused, "the
 // cluster's replicated retired list"): a node that has never joined — its
@@ -7,7 +7,7 @@ package node
 // OpRetiredGeneration; the peer reads the asker's name from the mesh
 // session). If its NodeId is among the retired, it marks its data dir
 // retired with that generation as the floor and exits 1: its supervisor
-// starts it again, and generation.go moves the dir aside and comes back
+// starts it again, and node/generation.go moves the dir aside and comes back
 // above the floor. With auto_replace off it does nothing here (the
 // leader's reconciler refuses the reused NodeId and logs it).
 
@@ -22,6 +22,7 @@ import (
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/consensus"
 	"github.com/tckclk/tckclk/node/datadir"
+	"github.com/tckclk/tckclk/node/stage"
 )
 
 // reusedCheckInterval is how often a node that has not joined asks.
@@ -34,7 +35,7 @@ var ErrNodeIDRetired = errors.New("node: this NodeId is retired in the cluster's
 
 // retiredGeneration is the highest generation of name this node's
 // replicated state holds retired (0: none).
-func (cl *clusterNode) retiredGeneration(name string) int {
+func (cl *Node) retiredGeneration(name string) int {
 	top := 0
 	for _, id := range cl.opts.FSM.Retired() {
 		if nm, g, ok := identity.SplitGeneration(id); ok && nm == name {
@@ -47,8 +48,8 @@ func (cl *clusterNode) retiredGeneration(name string) int {
 // watchReusedID asks, every reusedCheckInterval until this node has
 // joined (or ctx ends), whether its NodeId is retired in the cluster; if
 // so it marks the data dir and closes cl.life.reused.
-func (cl *clusterNode) watchReusedID(ctx context.Context, cons *consensus.Raft, newTicker clockhealth.TickerFunc) {
-	if !cl.cfg.AutoReplace || !cl.eligible() {
+func (cl *Node) watchReusedID(ctx context.Context, cons *consensus.Raft, newTicker clockhealth.TickerFunc) {
+	if !cl.cfg.AutoReplace || !cl.Eligible() {
 		return
 	}
 	name, gen, _ := identity.SplitGeneration(cl.cfg.Name)
@@ -73,7 +74,7 @@ func (cl *clusterNode) watchReusedID(ctx context.Context, cons *consensus.Raft, 
 // askRetiredGeneration asks the alive peers that hold Raft state, one
 // after another until one answers, for the highest retired generation of
 // name; it returns 0 when none answered.
-func (cl *clusterNode) askRetiredGeneration(ctx context.Context, name string) (int, string) {
+func (cl *Node) askRetiredGeneration(ctx context.Context, name string) (int, string) {
 	for _, m := range cl.mem.Members() {
 		if m.Name == cl.cfg.GossipName() || m.State != membership.StateAlive ||
 			(m.Meta.Bootstrap != membership.BootstrapHasState && m.Meta.Bootstrap != membership.BootstrapDone) {
@@ -92,7 +93,7 @@ func (cl *clusterNode) askRetiredGeneration(ctx context.Context, name string) (i
 // markReused records that this NodeId is retired in the cluster (the
 // marker's floor is the highest retired generation) and tells the run
 // loop to exit.
-func (cl *clusterNode) markReused(top int, from string) {
+func (cl *Node) markReused(top int, from string) {
 	reason := fmt.Sprintf("nodeid_retired: the cluster (asked %s) holds generation %d of %s retired", from, top, cl.cfg.GossipName())
 	if err := cl.opts.Dir.WriteRetirement(datadir.Retirement{Reason: reason, NodeID: cl.cfg.Name, Floor: top}); err != nil {
 		cl.log.Error("this NodeId is retired in the cluster but the retired marker could not be written: it stays out of the cluster (the reconciler refuses it); bring a new NodeId",
@@ -104,8 +105,14 @@ func (cl *clusterNode) markReused(top int, from string) {
 	close(cl.life.reused)
 }
 
-// reusedExit is what the run loop returns once markReused closed
-// cl.life.reused.
-func (cl *clusterNode) reusedExit() error {
+// Reused is closed once the cluster holds this NodeId retired (a node
+// that never joined asks its peers: watchReusedID); the run loop then
+// returns ReusedExit.
+func (cl *Node) Reused() <-chan struct{} { return cl.life.reused }
+
+// ReusedExit moves the stage to removed and is what the run loop returns
+// once markReused closed cl.life.reused.
+func (cl *Node) ReusedExit() error {
+	cl.opts.Stage.Set(stage.Removed, reasonRemoved)
 	return fmt.Errorf("%w: %s; restart to come back as the next generation", ErrNodeIDRetired, cl.cfg.Name)
 }

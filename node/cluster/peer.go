@@ -1,4 +1,4 @@
-package node
+package cluster
 
 // The peer-status query over mesh streams of class bootstrap (SPEC §5
 // Bootstrap, §3.4 replacement): a node asks a peer whether it holds Raft state
@@ -25,8 +25,8 @@ import (
 const peerQueryTimeout = time.Second
 
 // localPeerStatus is this node's answer.
-func (cl *clusterNode) localPeerStatus() peerstatus.Status {
-	leader, _ := cl.leader()
+func (cl *Node) localPeerStatus() peerstatus.Status {
+	leader, _ := cl.Leader()
 	c, r := cl.host.Consensus(), cl.raft()
 	if c == nil || r == nil {
 		return peerstatus.Status{Leader: leader} // a gossip-only client, or Raft not open yet
@@ -38,7 +38,7 @@ func (cl *clusterNode) localPeerStatus() peerstatus.Status {
 
 // servePeerStatus answers peer-status queries on the mesh's bootstrap
 // class until the listener closes; the returned func closes it and waits.
-func (cl *clusterNode) servePeerStatus(wg *sync.WaitGroup) func() {
+func (cl *Node) servePeerStatus(wg *sync.WaitGroup) func() {
 	ln := cl.mesh.Listener(mesh.ClassBootstrap)
 	var conns sync.WaitGroup
 	wg.Go(func() {
@@ -54,7 +54,7 @@ func (cl *clusterNode) servePeerStatus(wg *sync.WaitGroup) func() {
 	return func() { _ = ln.Close() }
 }
 
-func (cl *clusterNode) answerPeer(c net.Conn) {
+func (cl *Node) answerPeer(c net.Conn) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(peerQueryTimeout)) // socket deadline: real time
 	var op [1]byte
@@ -83,7 +83,7 @@ func (cl *clusterNode) answerPeer(c net.Conn) {
 
 // queryPeer asks the peer id (a NodeId) at its mesh address for its
 // status.
-func (cl *clusterNode) queryPeer(ctx context.Context, id, addr string) (peerstatus.Status, error) {
+func (cl *Node) queryPeer(ctx context.Context, id, addr string) (peerstatus.Status, error) {
 	b, err := cl.askPeer(ctx, id, addr, peerstatus.Op, peerstatus.MaxLen)
 	if err != nil {
 		return peerstatus.Status{}, err
@@ -97,7 +97,7 @@ func (cl *clusterNode) queryPeer(ctx context.Context, id, addr string) (peerstat
 
 // queryRetiredGeneration asks the peer id (a NodeId) for the highest
 // generation of this node's name its replicated state holds retired.
-func (cl *clusterNode) queryRetiredGeneration(ctx context.Context, id, addr string) (int, error) {
+func (cl *Node) queryRetiredGeneration(ctx context.Context, id, addr string) (int, error) {
 	b, err := cl.askPeer(ctx, id, addr, peerstatus.OpRetiredGeneration, peerstatus.GenLen)
 	if err != nil {
 		return 0, err
@@ -113,7 +113,7 @@ func (cl *clusterNode) queryRetiredGeneration(ctx context.Context, id, addr stri
 // stream and returns its answer (at most maxLen bytes are accepted; a
 // longer answer comes back maxLen+1 bytes long, which every decoder
 // refuses), within peerQueryTimeout.
-func (cl *clusterNode) askPeer(ctx context.Context, id, addr string, op byte, maxLen int) ([]byte, error) {
+func (cl *Node) askPeer(ctx context.Context, id, addr string, op byte, maxLen int) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, peerQueryTimeout)
 	defer cancel()
 	s, err := cl.mesh.Dial(ctx, addr, id, mesh.ClassBootstrap) // exactly that NodeId, generation included
@@ -137,7 +137,7 @@ func (cl *clusterNode) askPeer(ctx context.Context, id, addr string, op byte, ma
 
 // progress is RunnerConfig.Progress: a member's last log index, asked
 // over the mesh (hashicorp/raft does not expose it on the leader).
-func (cl *clusterNode) progress(ctx context.Context) func(id string) (uint64, bool) {
+func (cl *Node) progress(ctx context.Context) func(id string) (uint64, bool) {
 	return func(id string) (uint64, bool) {
 		for _, m := range cl.mem.Members() {
 			if m.ID == id && m.State == membership.StateAlive {
@@ -158,7 +158,7 @@ func (cl *clusterNode) progress(ctx context.Context) func(id string) (uint64, bo
 // non-voter whose Raft knows no leader asks as a client does: one the
 // reconciler left out (beyond max_voters + max_standbys) hears from no
 // leader, and one it removed is never told (Raft stops replicating to it).
-func (cl *clusterNode) leader() (id, meshAddr string) {
+func (cl *Node) Leader() (id, meshAddr string) {
 	if r := cl.raft(); r != nil {
 		addr, lid := r.LeaderWithID()
 		if lid != "" || cl.role() == membership.RoleVoter {
@@ -173,7 +173,7 @@ func (cl *clusterNode) leader() (id, meshAddr string) {
 // discoverLeader is a gossip-only client's way to the leader: it asks the
 // alive voters in gossip (by NodeId) until one names a leader that gossip
 // knows, and keeps it until the next round.
-func (cl *clusterNode) discoverLeader(ctx context.Context) {
+func (cl *Node) discoverLeader(ctx context.Context) {
 	members := cl.mem.Members()
 	addrOf := map[string]string{}
 	for _, m := range members {

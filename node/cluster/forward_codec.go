@@ -1,4 +1,4 @@
-package node
+package cluster
 
 // The forwarding codec: a local request or outcome as a forward message
 // and back — ops, tickets, a committed write's outcome (writtenResponse),
@@ -109,7 +109,7 @@ func forwardErr(err error) error {
 		case forward.CodeMismatch:
 			return api.Refuse(api.KindConflict, fe.Reason, "%s", fe.Message)
 		case forward.CodeUnavailable:
-			if fe.Reason == tooManyWaiters || fe.Reason == tooManyWatchers {
+			if fe.Reason == api.CodeTooManyWaiters || fe.Reason == api.CodeTooManyWatchers {
 				e := api.Refuse(api.KindTooMany, fe.Reason, "leader: %s", fe.Message)
 				e.Reason = fe.Stage
 				return e

@@ -1,4 +1,4 @@
-package node
+package cluster
 
 // The clock-failure lifecycle of a cluster node (SPEC §3.4). A node whose
 // clock goes FAILED after clock_check:
@@ -7,7 +7,7 @@ package node
 //     the guard first) and answers 503 with the reason (stage failed);
 //  2. writes the `retired` marker (with its NodeId) into its data dir: a
 //     restart there comes back as the next generation or refuses
-//     (generation.go); the single-node FAILED marker is not used in
+//     (node/generation.go); the single-node FAILED marker is not used in
 //     cluster mode;
 //  3. if it leads: records its own NodeId retired in the replicated state
 //     (OpRetire, which does not depend on the clock), transfers leadership
@@ -34,7 +34,6 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/node/api"
-	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/cluster/reconcile"
 	"github.com/tckclk/tckclk/node/datadir"
@@ -50,11 +49,11 @@ const (
 	advertiseTimeout     = time.Second     // gossip UpdateMeta after FAILED
 )
 
-// lifecycle is a cluster node's clock-failure state (clusterNode.life).
+// lifecycle is a cluster node's clock-failure state (Node.life).
 type lifecycle struct {
 	retired atomic.Bool   // this node's clock FAILED after clock_check
 	nudge   chan struct{} // membership changed: the leader's retire watch looks again
-	reused  chan struct{} // closed: the cluster holds this NodeId retired (cluster_generation.go)
+	reused  chan struct{} // closed: the cluster holds this NodeId retired (generation.go)
 
 	mu     sync.Mutex
 	logged map[string]bool // retired NodeIds seen trying to rejoin (logged once each)
@@ -72,7 +71,7 @@ func (l *lifecycle) poke() {
 }
 
 // initLifecycle prepares cl.life; loadCluster's caller runs it once.
-func (cl *clusterNode) initLifecycle() {
+func (cl *Node) initLifecycle() {
 	cl.life.nudge = make(chan struct{}, 1)
 	cl.life.reused = make(chan struct{})
 	cl.life.logged = map[string]bool{}
@@ -82,7 +81,7 @@ func (cl *clusterNode) initLifecycle() {
 // loop's goroutine (the stage is already failed). It returns once Raft is
 // shut down and the FAILED clock advertised; the run loop then ends and
 // the process exits 1 (SPEC §3.4: its supervisor starts it again).
-func (cl *clusterNode) clockFailed(reason string) {
+func (cl *Node) ClockFailed(reason string) {
 	cl.life.retired.Store(true)
 	if err := cl.opts.Dir.WriteRetirement(datadir.Retirement{Reason: reason, NodeID: cl.cfg.Name}); err != nil {
 		cl.log.Error("clock FAILED but the retired marker could not be written: never start this node on this data dir again; bring a new NodeId",
@@ -118,7 +117,7 @@ func (cl *clusterNode) clockFailed(reason string) {
 // retireSelf records this leader's NodeId as retired before it hands
 // leadership over. The entry carries no time, so a FAILED clock does not
 // taint it; if it fails the next leader records it from gossip.
-func (cl *clusterNode) retireSelf() {
+func (cl *Node) retireSelf() {
 	id := cl.cfg.Name
 	ctx, cancel := context.WithTimeout(context.Background(), retireProposeTimeout)
 	defer cancel()
@@ -128,7 +127,7 @@ func (cl *clusterNode) retireSelf() {
 }
 
 // proposeRetire appends OpRetire{id}.
-func (cl *clusterNode) proposeRetire(ctx context.Context, id string) error {
+func (cl *Node) proposeRetire(ctx context.Context, id string) error {
 	data, err := ticket.EncodeEntry(&ticket.Entry{Op: ticket.OpRetire, NodeID: id})
 	if err != nil {
 		return err
@@ -150,7 +149,7 @@ func (cl *clusterNode) proposeRetire(ctx context.Context, id string) error {
 // transferTarget picks the voter to hand leadership to: another voter of
 // the configuration, alive in gossip with a healthy clock and not retired;
 // the highest raft.priority wins, then the lowest NodeId.
-func (cl *clusterNode) transferTarget(rr *raft.Raft) (raft.Server, bool) {
+func (cl *Node) transferTarget(rr *raft.Raft) (raft.Server, bool) {
 	f := rr.GetConfiguration()
 	if f.Error() != nil {
 		return raft.Server{}, false
@@ -182,7 +181,7 @@ func healthyPeer(m membership.Member) bool {
 // handOffToHealthy hands leadership to a healthy voter, waiting at most
 // transferTimeout; the caller shuts Raft down whatever the outcome (which
 // also ends a transfer still running).
-func (cl *clusterNode) handOffToHealthy(rr *raft.Raft) {
+func (cl *Node) handOffToHealthy(rr *raft.Raft) {
 	target, ok := cl.transferTarget(rr)
 	if !ok {
 		cl.log.Error("clock FAILED on the leader and no voter advertises a healthy clock: shutting Raft down without a transfer")
@@ -202,7 +201,7 @@ func (cl *clusterNode) handOffToHealthy(rr *raft.Raft) {
 // withRetired marks the members the replicated state holds retired (the
 // reconciler then never adds or promotes them, and removes them), and logs
 // once each a retired NodeId that is back in gossip without saying so.
-func (cl *clusterNode) withRetired(ms []reconcile.Member) []reconcile.Member {
+func (cl *Node) withRetired(ms []reconcile.Member) []reconcile.Member {
 	for i := range ms {
 		if !cl.opts.FSM.IsRetired(ms[i].ID) {
 			continue
@@ -215,7 +214,7 @@ func (cl *clusterNode) withRetired(ms []reconcile.Member) []reconcile.Member {
 	return ms
 }
 
-func (cl *clusterNode) refuseRejoin(id string) {
+func (cl *Node) refuseRejoin(id string) {
 	cl.life.mu.Lock()
 	first := !cl.life.logged[id]
 	cl.life.logged[id] = true
@@ -228,7 +227,7 @@ func (cl *clusterNode) refuseRejoin(id string) {
 // retireWatch runs while this node leads: on start and on every membership
 // change it records as retired each member whose signed gossip metadata
 // shows a FAILED clock or the Retired flag.
-func (cl *clusterNode) retireWatch(ctx context.Context) {
+func (cl *Node) retireWatch(ctx context.Context) {
 	for {
 		for _, m := range cl.mem.Members() {
 			if m.ID == cl.cfg.Name || cl.opts.FSM.IsRetired(m.ID) {
@@ -256,7 +255,7 @@ func (cl *clusterNode) retireWatch(ctx context.Context) {
 // cluster replace` retired it, or the leader believed a FAILED claim of its
 // own key): it serves nothing again, so it does not forward either. It
 // reports whether the node is removed.
-func (cl *clusterNode) checkRemoved() bool {
+func (cl *Node) checkRemoved() bool {
 	if cur, _ := cl.opts.Stage.Get(); cur == stage.Removed {
 		return true
 	}
@@ -272,19 +271,17 @@ func (cl *clusterNode) checkRemoved() bool {
 	return true
 }
 
-// removedError is the 503 of a removed node (stage.Removed).
-func (cl *clusterNode) removedError() *api.Error {
-	return api.Unavailable(string(stage.Removed), reasonRemoved,
-		"this node's NodeId %s was retired and removed from the cluster (ticketctl cluster replace): it serves nothing, forwards nothing; stop it (another node took its place)", cl.cfg.Name)
+// Removed is the 503 of a node whose NodeId was retired while it ran
+// (latched: checkRemoved), or nil.
+func (cl *Node) Removed() *api.Error {
+	if cl.checkRemoved() {
+		return cl.removedError()
+	}
+	return nil
 }
 
-// refuseClock is clockRefusal in cluster mode: a FAILED clock retires the
-// NodeId (no restart hold-off applies), and the 503 says so.
-func refuseClusterClock(err error) *api.Error {
-	var ce *clockhealth.Error
-	if !errors.As(err, &ce) {
-		return clockRefusal(err)
-	}
-	return api.Unavailable(string(stage.Failed), string(ce.Reason),
-		"clock health FAILED (%s): %v; this NodeId is retired and will not serve again: bring a new node with a new NodeId", ce.Reason, err)
+// removedError is the 503 of a removed node (stage.Removed).
+func (cl *Node) removedError() *api.Error {
+	return api.Unavailable(string(stage.Removed), reasonRemoved,
+		"this node's NodeId %s was retired and removed from the cluster (ticketctl cluster replace): it serves nothing, forwards nothing; stop it (another node took its place)", cl.cfg.Name)
 }

@@ -1,4 +1,4 @@
-package node
+package cluster
 
 // Cluster readiness (SPEC §3.5): after bootstrap or join,
 // a node becomes ready only once `uniform` held — every voter advertises
@@ -73,7 +73,7 @@ func uniformWhy(v uniformView, voters []string, members []membership.Member) (wh
 // voters are the voters this node knows: its Raft configuration's, else
 // (not yet in a configuration, or a gossip-only client) the members that
 // advertise the voter role.
-func (cl *clusterNode) voters() []string {
+func (cl *Node) voters() []string {
 	var out []string
 	if r := cl.raft(); r != nil {
 		if f := r.GetConfiguration(); f.Error() == nil {
@@ -96,8 +96,8 @@ func (cl *clusterNode) voters() []string {
 }
 
 // role is this node's place in its Raft configuration.
-func (cl *clusterNode) role() membership.Role {
-	if !cl.eligible() {
+func (cl *Node) role() membership.Role {
+	if !cl.Eligible() {
 		return membership.RoleClient
 	}
 	r := cl.raft()
@@ -120,7 +120,7 @@ func (cl *clusterNode) role() membership.Role {
 }
 
 // deltaMismatch is why this node's Δ differs from the replicated Δ, or "".
-func (cl *clusterNode) deltaMismatch() string {
+func (cl *Node) deltaMismatch() string {
 	if d := cl.opts.FSM.Delta(); d != 0 && d != cl.opts.DeltaMs {
 		return fmt.Sprintf("clock.delta_ms is %d but the cluster's replicated Δ is %d: this node never becomes ready, votes or joins; configure Δ %d", cl.opts.DeltaMs, d, d)
 	}
@@ -131,7 +131,7 @@ func (cl *clusterNode) deltaMismatch() string {
 // latched, with a known leader (this node's barrier committed when it
 // leads); otherwise the stage, reason and detail. The caller still checks
 // this node's own clock and hold-off.
-func (cl *clusterNode) readiness(reason string) (stage.Stage, string, string) {
+func (cl *Node) Readiness(reason string) (stage.Stage, string, string) {
 	// Until RunWith stores the consensus handle, open is still setting up
 	// the mesh, Raft and gossip (cl.mem): none of it may be read yet. The
 	// atomic store comes after open, so once it is seen they are set.
@@ -150,10 +150,10 @@ func (cl *clusterNode) readiness(reason string) (stage.Stage, string, string) {
 		cl.noteMismatch("uniform: " + why)
 		return stage.Uniform, reasonDeltaMismatch, "uniform: " + why
 	}
-	if cl.raft() == nil && cl.eligible() {
+	if cl.raft() == nil && cl.Eligible() {
 		return stage.Raft, reasonNoLeader, "raft is not open yet"
 	}
-	leader, _ := cl.leader()
+	leader, _ := cl.Leader()
 	switch {
 	case leader == "":
 		if reason == "" {
@@ -173,7 +173,7 @@ func (cl *clusterNode) readiness(reason string) (stage.Stage, string, string) {
 }
 
 // checkUniform evaluates uniform until it first holds, then latches.
-func (cl *clusterNode) checkUniform() (string, bool) {
+func (cl *Node) checkUniform() (string, bool) {
 	cl.mu.Lock()
 	done := cl.uniform
 	cl.mu.Unlock()
@@ -196,7 +196,7 @@ func (cl *clusterNode) checkUniform() (string, bool) {
 }
 
 // noteMismatch logs a Δ mismatch once per distinct text.
-func (cl *clusterNode) noteMismatch(why string) {
+func (cl *Node) noteMismatch(why string) {
 	cl.mu.Lock()
 	seen := cl.mismatch == why
 	cl.mismatch = why
@@ -207,7 +207,7 @@ func (cl *clusterNode) noteMismatch(why string) {
 }
 
 // clockMeta fills the advertised clock state, bound and sample time.
-func (cl *clusterNode) clockMeta(m *membership.Meta) {
+func (cl *Node) clockMeta(m *membership.Meta) {
 	m.ClockState = membership.ClockHealthy
 	if err := cl.host.CheckClock(); err != nil {
 		m.ClockState = membership.ClockCheck
@@ -223,7 +223,7 @@ func (cl *clusterNode) clockMeta(m *membership.Meta) {
 // clock's probe interval) and at once when the clock fails, so peers see
 // healthy or FAILED within the staleness window; it also re-evaluates
 // uniform, so the log says when it first holds.
-func (cl *clusterNode) refreshLoop(ctx context.Context, newTicker clockhealth.TickerFunc) {
+func (cl *Node) refreshLoop(ctx context.Context, newTicker clockhealth.TickerFunc) {
 	failed := cl.opts.ClockFailed
 	every := cl.opts.ProbeInterval
 	if every <= 0 {
@@ -239,7 +239,7 @@ func (cl *clusterNode) refreshLoop(ctx context.Context, newTicker clockhealth.Ti
 			failed = nil
 		case <-t.C():
 		}
-		if cl.role() != membership.RoleVoter { // a client or a non-voter (cluster_peer.go leader)
+		if cl.role() != membership.RoleVoter { // a client or a non-voter (peer.go Leader)
 			cl.discoverLeader(ctx)
 		}
 		uctx, cancel := context.WithTimeout(ctx, every)
@@ -249,7 +249,7 @@ func (cl *clusterNode) refreshLoop(ctx context.Context, newTicker clockhealth.Ti
 		cancel()
 		cl.sampleBounds(time.Now())
 		if cur, _ := cl.opts.Stage.Get(); cur != stage.Failed && cur != stage.Stopping {
-			_, _, _ = cl.readiness("")
+			_, _, _ = cl.Readiness("")
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package node
+package cluster
 
 import (
 	"context"
@@ -9,15 +9,14 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/api/wire"
-	"github.com/tckclk/tckclk/node/cluster"
 	"github.com/tckclk/tckclk/node/cluster/identity"
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/consensus"
 	"github.com/tckclk/tckclk/node/stage"
 )
 
-// raftMembers lists the servers of the Raft configuration.
-func raftMembers(r *raft.Raft) (map[string]*wire.Member, error) {
+// ConfigMembers lists the servers of the Raft configuration.
+func ConfigMembers(r *raft.Raft) (map[string]*wire.Member, error) {
 	byID := map[string]*wire.Member{}
 	f := r.GetConfiguration()
 	if err := f.Error(); err != nil {
@@ -35,7 +34,7 @@ func raftMembers(r *raft.Raft) (map[string]*wire.Member, error) {
 // with what each advertises: role, failure domain, clock state and bound
 // against Δ/2 (SPEC §5), its name and generation, and the NodeIds the
 // replicated state holds retired (SPEC §3.4).
-func (cl *clusterNode) members() (wire.Members, error) {
+func (cl *Node) Members() (wire.Members, error) {
 	// The mesh, gossip and Raft are set up before the consensus is
 	// stored: until it is, none of it may be read (as for health).
 	if cl.host.Consensus() == nil {
@@ -44,7 +43,7 @@ func (cl *clusterNode) members() (wire.Members, error) {
 	byID := map[string]*wire.Member{}
 	if r := cl.raft(); r != nil {
 		var err error
-		if byID, err = raftMembers(r); err != nil {
+		if byID, err = ConfigMembers(r); err != nil {
 			return wire.Members{}, err
 		}
 	}
@@ -65,11 +64,11 @@ func (cl *clusterNode) members() (wire.Members, error) {
 		m.Name, m.Generation, _ = identity.SplitGeneration(m.ID)
 		m.Retired = m.Retired || cl.opts.FSM.IsRetired(m.ID)
 	}
-	return wire.Members{Members: sortedMembers(byID), RetiredNodeIDs: cl.opts.FSM.Retired()}, nil
+	return wire.Members{Members: SortMembers(byID), RetiredNodeIDs: cl.opts.FSM.Retired()}, nil
 }
 
-// sortedMembers lists byID's members in NodeId order.
-func sortedMembers(byID map[string]*wire.Member) []wire.Member {
+// SortMembers lists byID's members in NodeId order.
+func SortMembers(byID map[string]*wire.Member) []wire.Member {
 	out := make([]wire.Member, 0, len(byID))
 	for _, m := range byID {
 		out = append(out, *m)
@@ -80,10 +79,10 @@ func sortedMembers(byID map[string]*wire.Member) []wire.Member {
 
 // transfer moves leadership (admin): to a named voter, or with to ""
 // to the voter Raft picks. Only the leader can.
-func (cl *clusterNode) transfer(ctx context.Context, to string) error {
+func (cl *Node) Transfer(ctx context.Context, to string) error {
 	r := cl.raft()
 	if r == nil || r.State() != raft.Leader {
-		return cl.adminNotLeader("leadership can only be transferred by the leader")
+		return cl.AdminNotLeader("leadership can only be transferred by the leader")
 	}
 	var target raft.Server
 	if to != "" {
@@ -99,10 +98,10 @@ func (cl *clusterNode) transfer(ctx context.Context, to string) error {
 // remove removes a server from the Raft configuration (admin; the
 // leader only). The reconciler would re-add a live, eligible member: this
 // is for members that are gone.
-func (cl *clusterNode) remove(ctx context.Context, id string) error {
+func (cl *Node) Remove(ctx context.Context, id string) error {
 	r := cl.raft()
 	if r == nil || r.State() != raft.Leader {
-		return cl.adminNotLeader("members can only be removed by the leader")
+		return cl.AdminNotLeader("members can only be removed by the leader")
 	}
 	if id == cl.cfg.Name {
 		return api.Refuse(api.KindConflict, "is_leader", "%q is the leader: transfer leadership first", id)
@@ -117,23 +116,23 @@ func (cl *clusterNode) remove(ctx context.Context, id string) error {
 // (503 not_leader: a client given several addresses moves on): it names
 // the leader when this node knows one, and otherwise says there is none
 // and where to look.
-func (cl *clusterNode) adminNotLeader(what string) *api.Error {
-	if id, _ := cl.leader(); id != "" && id != cl.cfg.Name {
+func (cl *Node) AdminNotLeader(what string) *api.Error {
+	if id, _ := cl.Leader(); id != "" && id != cl.cfg.Name {
 		return api.NotLeader(string(stage.Raft), "%s: this node is not the leader, %s is; send the command to its address (ticketctl --addr with every node's address finds it)", what, id)
 	}
 	return api.NotLeader(string(stage.Raft), "%s, and there is no leader now: the voters have no quorum or are electing one; "+
 		"`ticketctl cluster health` shows which voters are down (docs/operations.md, \"Cluster health\" and the TckclkNoLeader runbook)", what)
 }
 
-func (cl *clusterNode) voterAddr(id string) (raft.ServerAddress, bool) {
+func (cl *Node) voterAddr(id string) (raft.ServerAddress, bool) {
 	return cl.findServer(id, true)
 }
 
-func (cl *clusterNode) serverAddr(id string) (raft.ServerAddress, bool) {
+func (cl *Node) serverAddr(id string) (raft.ServerAddress, bool) {
 	return cl.findServer(id, false)
 }
 
-func (cl *clusterNode) findServer(id string, voter bool) (raft.ServerAddress, bool) {
+func (cl *Node) findServer(id string, voter bool) (raft.ServerAddress, bool) {
 	f := cl.raft().GetConfiguration()
 	if f.Error() != nil {
 		return "", false
@@ -150,7 +149,7 @@ func (cl *clusterNode) findServer(id string, voter bool) (raft.ServerAddress, bo
 // reader ends at the latest with Raft's shutdown (consensus.Raft.Wait: a
 // configuration change that committed just before can be left unanswered
 // by Raft).
-func (cl *clusterNode) awaitAdmin(ctx context.Context, f raft.Future, what string) error {
+func (cl *Node) awaitAdmin(ctx context.Context, f raft.Future, what string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	c := cl.host.Consensus()
@@ -167,34 +166,20 @@ func (cl *clusterNode) awaitAdmin(ctx context.Context, f raft.Future, what strin
 	return api.Unavailable("", "raft", "%s: %v", what, err)
 }
 
-// ReplaceMember is ticketctl cluster replace OLD --with NEW (admin; the
-// leader only; api.Replacer). NEW must be an alive gossip member (gossip
-// admits only trusted keys), not retired, Raft-eligible and not already a
-// voter; OLD a server of the Raft configuration other than this leader,
-// whose removal leaves a quorum of the remaining voters alive in gossip.
-// OLD's NodeId is then recorded retired (the reconciler removes it, in
-// its quorum-safe order, and never adds it back), NEW is added as a
-// non-voter when it is not in the configuration yet, and the reconciler,
-// triggered, promotes it once it has caught up. The caller waits for that
-// (ticketctl --wait).
-func (n *Node) ReplaceMember(ctx context.Context, old, repl string) (wire.Replaced, error) {
-	return n.mode.replace(ctx, old, repl)
-}
-
 // replace is ReplaceMember in cluster mode.
-func (cl *clusterNode) replace(ctx context.Context, old, repl string) (wire.Replaced, error) {
+func (cl *Node) Replace(ctx context.Context, old, repl string) (wire.Replaced, error) {
 	var res wire.Replaced
 	switch {
-	case cluster.ValidNodeName(old) != nil:
-		return res, api.Refuse(api.KindBadRequest, "bad_request", "old: %v", cluster.ValidNodeName(old))
-	case cluster.ValidNodeName(repl) != nil:
-		return res, api.Refuse(api.KindBadRequest, "bad_request", "new: %v", cluster.ValidNodeName(repl))
+	case ValidNodeName(old) != nil:
+		return res, api.Refuse(api.KindBadRequest, "bad_request", "old: %v", ValidNodeName(old))
+	case ValidNodeName(repl) != nil:
+		return res, api.Refuse(api.KindBadRequest, "bad_request", "new: %v", ValidNodeName(repl))
 	case old == repl:
 		return res, api.Refuse(api.KindBadRequest, "bad_request", "old and new are both %q: replace a NodeId with another", old)
 	}
 	r := cl.raft()
 	if r == nil || r.State() != raft.Leader {
-		return res, cl.adminNotLeader("members can only be replaced by the leader")
+		return res, cl.AdminNotLeader("members can only be replaced by the leader")
 	}
 	f := r.GetConfiguration()
 	if err := f.Error(); err != nil {

@@ -1,4 +1,4 @@
-package node
+package cluster
 
 // Cluster health (SPEC §3.5): GET /v1/cluster/health lists every voter and
 // standby with its gossip state, clock, last Raft contact and log lag, and
@@ -39,14 +39,19 @@ const healthContactMax = time.Second
 // leader by: as many as a non-voter may and still count as caught up.
 const healthMaxLag = reconcile.DefaultMaxLag
 
-// ClusterHealth is GET /v1/cluster/health (api.HealthReporter).
-func (n *Node) ClusterHealth(ctx context.Context) (wire.ClusterHealth, error) {
-	return n.mode.health(ctx)
+// Health is GET /v1/cluster/health, from what this node knows; a node
+// still starting answers 503 (its mesh, gossip and Raft transport are set
+// before the consensus is stored: once it is, health may read them).
+func (cl *Node) Health(ctx context.Context) (wire.ClusterHealth, error) {
+	if cl.host.Consensus() == nil {
+		return wire.ClusterHealth{}, cl.notJoinedYet()
+	}
+	return cl.health(ctx), nil
 }
 
 // notJoinedYet is the 503 of a cluster view asked of a node still
 // starting: its mesh, gossip and Raft are not all set up yet.
-func (cl *clusterNode) notJoinedYet() *api.Error {
+func (cl *Node) notJoinedYet() *api.Error {
 	cur, _ := cl.opts.Stage.Get()
 	return api.Unavailable(string(cur), "starting", "this node has not joined the cluster yet (stage %s)", cur)
 }
@@ -61,10 +66,10 @@ type serverView struct {
 }
 
 // health is the cluster node's answer, from what this node knows.
-func (cl *clusterNode) health(ctx context.Context) wire.ClusterHealth {
+func (cl *Node) health(ctx context.Context) wire.ClusterHealth {
 	self := cl.cfg.Name
 	r := cl.raft()
-	leader, _ := cl.leader()
+	leader, _ := cl.Leader()
 	out := wire.ClusterHealth{ServedBy: self, Leader: leader}
 	out.LeaderView = r != nil && leader == self && r.State() == raft.Leader
 
@@ -188,7 +193,7 @@ func (cl *clusterNode) health(ctx context.Context) wire.ClusterHealth {
 }
 
 // unhealthy says why a server is not healthy, or "".
-func (cl *clusterNode) unhealthy(v *serverView, leaderView, retired bool) string {
+func (cl *Node) unhealthy(v *serverView, leaderView, retired bool) string {
 	h := v.h
 	switch {
 	case h.Retired || retired:

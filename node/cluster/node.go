@@ -1,9 +1,10 @@
-package node
+package cluster
 
 // Cluster mode (SPEC §5): the mesh, gossip membership, Raft over
 // the mesh, bootstrap_expect, the leader's reconciler and forwarding. The
-// single-node path never reaches this file: only clusterMode (mode_cluster.go)
-// holds a clusterNode.
+// single-node path never reaches this package: only the node's clusterMode
+// (node/mode_cluster.go) holds a Node, and the Node reaches the node only
+// through Host (host.go).
 
 import (
 	"context"
@@ -23,7 +24,6 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tckclk/tckclk/node/clockhealth"
-	"github.com/tckclk/tckclk/node/cluster"
 	"github.com/tckclk/tckclk/node/cluster/identity"
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/cluster/mesh"
@@ -35,26 +35,29 @@ import (
 	"github.com/tckclk/tckclk/protocol"
 )
 
-// clusterHooks tune the cluster libraries (tests in this package: ephemeral
-// mesh ports, fast gossip timings).
-type clusterHooks struct {
-	mesh       func(*mesh.Config)
-	membership func(*membership.Config)
-	started    func(gossipAddr string) // after gossip started
-	ticker     clockhealth.TickerFunc  // the metadata refresh ticker ("meta"); default the system's
-	window     time.Duration           // bootstrap stability window
-	stableFor  time.Duration           // how long a non-voter stays caught up before promotion
-	timing     *consensus.Timing       // Raft's timeouts (nil: consensus.ClusterTiming)
+// Tuning tunes the cluster libraries: the node's tests set it (ephemeral
+// mesh ports, fast gossip timings); a running ticketd never does.
+type Tuning struct {
+	Mesh       func(*mesh.Config)
+	Membership func(*membership.Config)
+	Started    func(gossipAddr string) // after gossip started
+	Ticker     clockhealth.TickerFunc  // the metadata refresh ticker ("meta"); default the system's
+	Window     time.Duration           // bootstrap stability window
+	StableFor  time.Duration           // how long a non-voter stays caught up before promotion
+	Timing     *consensus.Timing       // Raft's timeouts (nil: consensus.ClusterTiming)
 }
 
-// clusterNode is a cluster node's mesh, membership and the state they
-// advertise. Its goroutines belong to run (the forward server) and to the
-// leader's lead (the reconciler).
-type clusterNode struct {
-	host   cluster.Host
-	cfg    cluster.Config // the cluster section; Name is this node's NodeId
-	log    *slog.Logger   // component cluster
-	opts   clusterOptions
+// Node is the cluster half of a ticketd node: its mesh, membership and
+// the state they advertise, Raft over the mesh, and what the leader runs.
+// Its goroutines belong to Run (the forward server, the peer-status
+// server, the metadata refresh, the reused-NodeId and crash watches) and
+// to Lead (the reconciler and the retire watch); both return once they
+// ended.
+type Node struct {
+	host   Host
+	cfg    Config       // the cluster section; Name is this node's NodeId
+	log    *slog.Logger // component cluster
+	opts   Options
 	key    ed25519.PrivateKey
 	trust  *identity.Store
 	secret []byte
@@ -77,10 +80,12 @@ type clusterNode struct {
 
 	clientLeader, clientLeaderAddr string // a gossip-only client's leader (discoverLeader)
 
-	life  lifecycle   // clock-failure lifecycle (cluster_failed.go)
+	life  lifecycle   // clock-failure lifecycle (failed.go)
 	crash *crashWatch // crash failover (crashfailover.go)
 
 	bounds boundHistory // members' advertised clock bounds (boundhistory.go)
+
+	handedOff atomic.Bool // a stop transferred leadership (HandOff; tests read it)
 
 	// keepGossip: this node stops as a voter of the configuration (set by
 	// noteStop before Raft closes): it ends its gossip without a leave
@@ -167,10 +172,19 @@ type clusterKeys struct {
 	tls    *tls.Config // the mesh's mutual TLS (nil: disabled)
 }
 
+// CheckKeys loads what New loads from the cluster section — the identity
+// key, the trust map and its self entry, the gossip key and the mesh's
+// TLS files — and says what refuses a start (ticketd --print-config runs
+// every start check).
+func CheckKeys(cfg *Config) error {
+	_, err := loadClusterKeys(cfg)
+	return err
+}
+
 // loadClusterKeys reads the identity key, the trust map, the gossip key and
 // the mesh's TLS files. They are checked before the node serves or proves
 // its clock: a misconfiguration is a start-up refusal (exit 2).
-func loadClusterKeys(cfg *cluster.Config) (clusterKeys, error) {
+func loadClusterKeys(cfg *Config) (clusterKeys, error) {
 	in := &cfg.Internode
 	key, err := identity.Load(string(in.IdentityKey), in.IdentityKeyFile)
 	if err != nil {
@@ -191,9 +205,9 @@ func loadClusterKeys(cfg *cluster.Config) (clusterKeys, error) {
 	return clusterKeys{key: key, trust: trust, secret: secret, tls: tlsConf}, nil
 }
 
-// clusterOptions are what the cluster half is built with.
-type clusterOptions struct {
-	Config        cluster.Config
+// Options are what the cluster half is built with.
+type Options struct {
+	Config        Config
 	DeltaMs       uint64        // clock.delta_ms
 	StalenessMs   uint64        // clock.staleness_ms
 	ProbeInterval time.Duration // clock.probe_interval_ms: how often the metadata is re-advertised
@@ -209,17 +223,21 @@ type clusterOptions struct {
 	Started      time.Time       // the node's start (liveness boot grace)
 	Logger       *slog.Logger
 	Registerer   prometheus.Registerer
-	Host         cluster.Host
+	Host         Host
+	// ProposeWait is how long the node's proposals wait for Raft's answer
+	// (a forwarding client to an earlier leader waits for its answers).
+	ProposeWait time.Duration
+	Tuning      *Tuning // tests only
 }
 
-// newClusterNode loads the identity, the trust map and the gossip secret:
+// New loads the identity, the trust map and the gossip secret:
 // every refusal is a *config.Error naming the key.
-func newClusterNode(o clusterOptions) (*clusterNode, error) {
+func New(o Options) (*Node, error) {
 	k, err := loadClusterKeys(&o.Config)
 	if err != nil {
 		return nil, err
 	}
-	cl := &clusterNode{host: o.Host, cfg: o.Config, opts: o, log: o.Logger.With("component", "cluster"), key: k.key, trust: k.trust, secret: k.secret, tls: k.tls}
+	cl := &Node{host: o.Host, cfg: o.Config, opts: o, log: o.Logger.With("component", "cluster"), key: k.key, trust: k.trust, secret: k.secret, tls: k.tls}
 	cl.fwd.cl = cl
 	cl.crash = newCrashWatch(o.Config.Raft.CrashDetectMs, cl.log, o.Registerer)
 	cl.initLifecycle()
@@ -227,7 +245,7 @@ func newClusterNode(o clusterOptions) (*clusterNode, error) {
 }
 
 // raft is the node's Raft once open, or nil.
-func (cl *clusterNode) raft() *raft.Raft {
+func (cl *Node) raft() *raft.Raft {
 	if c := cl.host.Consensus(); c != nil {
 		return c.Raft()
 	}
@@ -237,14 +255,14 @@ func (cl *clusterNode) raft() *raft.Raft {
 // endsAtShutdown makes f's Error return at the latest once Raft's shutdown
 // has ended (consensus.Raft.EndsAtShutdown), for a goroutine that waits on
 // a Raft future itself (the reconciler): the node's stop waits for it.
-func (cl *clusterNode) endsAtShutdown(f raft.Future) {
+func (cl *Node) endsAtShutdown(f raft.Future) {
 	if c := cl.host.Consensus(); c != nil {
 		c.EndsAtShutdown(f)
 	}
 }
 
 // listenMesh binds the mesh and builds Raft's transport on it.
-func (cl *clusterNode) listenMesh(h *clusterHooks) error {
+func (cl *Node) listenMesh(h *Tuning) error {
 	cfg := &cl.cfg
 	tlsConf := cl.tls
 	mc := mesh.Config{
@@ -254,8 +272,8 @@ func (cl *clusterNode) listenMesh(h *clusterHooks) error {
 		Logger: cl.opts.Logger.With("component", "mesh"), Registerer: cl.opts.Registerer, // socket deadlines: real time
 		SessionEnded: cl.crash.sessionEnded,
 	}
-	if h != nil && h.mesh != nil {
-		h.mesh(&mc)
+	if h != nil && h.Mesh != nil {
+		h.Mesh(&mc)
 	}
 	var err error
 	if cl.mesh, err = mesh.Listen(mc); err != nil {
@@ -283,10 +301,10 @@ func (cl *clusterNode) listenMesh(h *clusterHooks) error {
 // openConsensus opens Raft over the mesh without a bootstrap configuration
 // (bootstrap_expect decides later) and notes whether the data dir already
 // holds a cluster.
-func (cl *clusterNode) openConsensus(h *clusterHooks) (*consensus.Raft, error) {
+func (cl *Node) openConsensus(h *Tuning) (*consensus.Raft, error) {
 	timing := consensus.ClusterTiming()
-	if h != nil && h.timing != nil {
-		timing = *h.timing
+	if h != nil && h.Timing != nil {
+		timing = *h.Timing
 	}
 	timing = cl.crash.timing(timing)
 	cons, err := consensus.Open(consensus.Options{
@@ -323,17 +341,17 @@ func (cl *clusterNode) openConsensus(h *clusterHooks) (*consensus.Raft, error) {
 }
 
 // eligible: this node may be a Raft server (not a gossip-only client).
-func (cl *clusterNode) eligible() bool {
+func (cl *Node) Eligible() bool {
 	r := &cl.cfg.Raft
 	return r.Eligible && r.Role != "client"
 }
 
 // meta is this node's gossip metadata now.
-func (cl *clusterNode) meta() membership.Meta {
+func (cl *Node) meta() membership.Meta {
 	cfg := &cl.cfg
 	m := membership.Meta{
 		NodeID: cfg.Name, MeshAddr: cl.mesh.Addr(), DeltaMs: uint16(cl.opts.DeltaMs), ProtocolVersion: protocol.Version,
-		RaftEligible: cl.eligible(), RaftPriority: int32(cfg.Raft.Priority), Role: cl.role(),
+		RaftEligible: cl.Eligible(), RaftPriority: int32(cfg.Raft.Priority), Role: cl.role(),
 		FailureDomain: cfg.FailureDomain, BootstrapExpect: uint8(cfg.Raft.BootstrapExpect), DataDirOK: true,
 	}
 	copy(m.PublicKey[:], cl.key.Public().(ed25519.PublicKey))
@@ -341,12 +359,12 @@ func (cl *clusterNode) meta() membership.Meta {
 	cl.mu.Lock()
 	m.Bootstrap = cl.bootstrap
 	cl.mu.Unlock()
-	m.Retired = cl.life.retired.Load() // SPEC §3.4 (cluster_failed.go)
+	m.Retired = cl.life.retired.Load() // SPEC §3.4 (failed.go)
 	return m
 }
 
 // startMembership joins the gossip with this node's metadata.
-func (cl *clusterNode) startMembership(h *clusterHooks) error {
+func (cl *Node) startMembership(h *Tuning) error {
 	cfg := &cl.cfg
 	join, err := membership.ParseJoinAddrs(cfg.Membership.JoinAddrs)
 	if err != nil {
@@ -360,8 +378,8 @@ func (cl *clusterNode) startMembership(h *clusterHooks) error {
 	mc.Secret, mc.JoinAddrs, mc.Meta, mc.Trust = cl.secret, join, cl.meta, cl.trust
 	mc.Key = cl.key // signs this node's metadata (SPEC §5 "Identity")
 	mc.Logger, mc.Registerer = cl.opts.Logger.With("component", "gossip"), cl.opts.Registerer
-	if h != nil && h.membership != nil {
-		h.membership(&mc)
+	if h != nil && h.Membership != nil {
+		h.Membership(&mc)
 	}
 	mem, err := membership.New(mc)
 	if err != nil {
@@ -383,7 +401,7 @@ func (cl *clusterNode) startMembership(h *clusterHooks) error {
 // retired (SPEC §5: a graceful stop does not leave the gossip pool; only
 // `ticketctl cluster remove`, a replacement or raft.dead_voter_grace takes
 // a voter out).
-func (cl *clusterNode) noteStop() {
+func (cl *Node) NoteStop() {
 	keep := false
 	if r := cl.raft(); r != nil && !cl.life.retired.Load() {
 		if f := r.GetConfiguration(); f.Error() == nil {
@@ -399,7 +417,7 @@ func (cl *clusterNode) noteStop() {
 // voter stops without a leave message (noteStop): the others see it dead,
 // keep its slot for raft.dead_voter_grace and take it back as a voter when
 // it returns. Any other node leaves, so the others see it left at once.
-func (cl *clusterNode) close() {
+func (cl *Node) Close() {
 	if cl.mem != nil {
 		if cl.keepGossip.Load() {
 			cl.log.Info("stopping without leaving the gossip pool: a voter keeps its vote (SPEC §5)")
@@ -423,7 +441,7 @@ const defaultBootstrapWindow = 2 * time.Second
 // run serves forwarded requests and peer-status queries, refreshes the
 // advertised metadata and drives bootstrap from membership events until
 // ctx ends.
-func (cl *clusterNode) run(ctx context.Context, cons *consensus.Raft) {
+func (cl *Node) Run(ctx context.Context, cons *consensus.Raft) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	stopFwd := cl.fwd.serve(&wg)
@@ -437,7 +455,7 @@ func (cl *clusterNode) run(ctx context.Context, cons *consensus.Raft) {
 	rctx, stopRefresh := context.WithCancel(ctx)
 	defer stopRefresh() // before wg.Wait (deferred earlier)
 	wg.Go(func() { cl.refreshLoop(rctx, newTicker) })
-	wg.Go(func() { cl.watchReusedID(rctx, cons, newTicker) }) // cluster_generation.go
+	wg.Go(func() { cl.watchReusedID(rctx, cons, newTicker) }) // generation.go
 	wg.Go(func() { cl.crash.run(rctx, cons) })
 
 	// The stability window runs on a real timer: it restarts whenever the
@@ -482,7 +500,7 @@ func (cl *clusterNode) run(ctx context.Context, cons *consensus.Raft) {
 			if r := cl.runner(); r != nil {
 				r.Trigger()
 			}
-			cl.life.poke() // the leader's retire watch (cluster_failed.go)
+			cl.life.poke() // the leader's retire watch (failed.go)
 			step(false)
 		}
 	}
@@ -493,11 +511,11 @@ func (cl *clusterNode) run(ctx context.Context, cons *consensus.Raft) {
 // refusal is logged once and shown on /readyz). A node still waiting whose
 // Raft configuration arrived by replication (a peer bootstrapped first)
 // is done.
-func (cl *clusterNode) bootstrapCandidate(cons *consensus.Raft) []raft.Server {
+func (cl *Node) bootstrapCandidate(cons *consensus.Raft) []raft.Server {
 	cl.mu.Lock()
 	state := cl.bootstrap
 	cl.mu.Unlock()
-	if state != membership.BootstrapWaiting || !cl.eligible() {
+	if state != membership.BootstrapWaiting || !cl.Eligible() {
 		return nil
 	}
 	if s, err := cons.Servers(); err == nil && len(s) > 0 {
@@ -514,7 +532,7 @@ func (cl *clusterNode) bootstrapCandidate(cons *consensus.Raft) []raft.Server {
 }
 
 // noteRefusal records why this node does not bootstrap (logged once each).
-func (cl *clusterNode) noteRefusal(why string) {
+func (cl *Node) noteRefusal(why string) {
 	cl.mu.Lock()
 	seen := why == cl.refused
 	cl.refused = why
@@ -525,7 +543,7 @@ func (cl *clusterNode) noteRefusal(why string) {
 }
 
 // setBootstrap moves the advertised bootstrap state and re-advertises it.
-func (cl *clusterNode) setBootstrap(state membership.BootstrapState, refused string) {
+func (cl *Node) setBootstrap(state membership.BootstrapState, refused string) {
 	cl.mu.Lock()
 	cl.bootstrap, cl.refused = state, refused
 	cl.mu.Unlock()
@@ -542,7 +560,7 @@ func (cl *clusterNode) setBootstrap(state membership.BootstrapState, refused str
 // bootstrapped a moment ago): this node then waits to receive the
 // configuration. It returns false when it should look again later (a
 // peer could not be asked, or has state).
-func (cl *clusterNode) safeBootstrap(ctx context.Context, cons *consensus.Raft, servers []raft.Server) bool {
+func (cl *Node) safeBootstrap(ctx context.Context, cons *consensus.Raft, servers []raft.Server) bool {
 	self := cl.cfg.Name
 	for _, s := range servers {
 		if string(s.ID) == self {
@@ -572,7 +590,7 @@ func (cl *clusterNode) safeBootstrap(ctx context.Context, cons *consensus.Raft, 
 }
 
 // bootstrapRefusal is why this node did not bootstrap, or "".
-func (cl *clusterNode) bootstrapRefusal() string {
+func (cl *Node) bootstrapRefusal() string {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	if cl.bootstrap != membership.BootstrapWaiting {
@@ -616,7 +634,7 @@ func bootstrapServers(self, selfAddr string, expect int, deltaMs uint16, members
 }
 
 // runner returns the reconciler while this node leads, else nil.
-func (cl *clusterNode) runner() *reconcile.Runner {
+func (cl *Node) runner() *reconcile.Runner {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	return cl.rec
@@ -624,7 +642,7 @@ func (cl *clusterNode) runner() *reconcile.Runner {
 
 // reconcileMembers is the leader's view for the reconciler: every gossip
 // member, and every configuration server gossip does not know (as dead).
-func (cl *clusterNode) reconcileMembers(rr *raft.Raft) []reconcile.Member {
+func (cl *Node) reconcileMembers(rr *raft.Raft) []reconcile.Member {
 	var out []reconcile.Member
 	seen := map[string]bool{}
 	delta := cl.opts.FSM.Delta()
@@ -665,8 +683,17 @@ func (f failClosedRaft) LeaderID() string {
 	return f.RaftAdapter.LeaderID()
 }
 
+// Lead runs while this node leads, until ctx ends with the term: the
+// reconciler and the retire watch (SPEC §3.4, failed.go).
+func (cl *Node) Lead(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { cl.lead(ctx) })
+	wg.Go(func() { cl.retireWatch(ctx) })
+	wg.Wait()
+}
+
 // lead runs the reconciler while this node leads (ctx ends with the term).
-func (cl *clusterNode) lead(ctx context.Context) {
+func (cl *Node) lead(ctx context.Context) {
 	rr := cl.raft()
 	if rr == nil {
 		return
@@ -704,7 +731,7 @@ func (cl *clusterNode) lead(ctx context.Context) {
 // `ticketd recover` names the voter by its NodeId (the mesh port is
 // picked at start), and a follower that later leads must reach it there.
 // AddVoter of an existing voter changes only its address.
-func (cl *clusterNode) fixSelfAddress(rr *raft.Raft) {
+func (cl *Node) fixSelfAddress(rr *raft.Raft) {
 	f := rr.GetConfiguration()
 	if f.Error() != nil {
 		return
@@ -725,12 +752,13 @@ func (cl *clusterNode) fixSelfAddress(rr *raft.Raft) {
 // open is cluster start-up after clock_check (SPEC §3.5): the mesh listens,
 // Raft opens over it (no bootstrap yet), then gossip starts advertising
 // this node, including whether its data dir already holds a cluster.
-func (cl *clusterNode) open(h *clusterHooks) (*consensus.Raft, error) {
+func (cl *Node) Open() (*consensus.Raft, error) {
+	h := cl.opts.Tuning
 	if err := cl.listenMesh(h); err != nil {
 		return nil, err
 	}
 	var cons *consensus.Raft
-	if cl.eligible() {
+	if cl.Eligible() {
 		var err error
 		if cons, err = cl.openConsensus(h); err != nil {
 			return nil, err
@@ -747,19 +775,19 @@ func (cl *clusterNode) open(h *clusterHooks) (*consensus.Raft, error) {
 		return nil, err
 	}
 	if h != nil {
-		cl.ticker, cl.window, cl.stableFor = h.ticker, h.window, h.stableFor
+		cl.ticker, cl.window, cl.stableFor = h.Ticker, h.Window, h.StableFor
 	}
 	cl.log.Info("cluster node started", "mesh", cl.mesh.Addr(), "gossip", cl.mem.LocalAddr(),
 		"bootstrap_expect", cl.cfg.Raft.BootstrapExpect, "bootstrap", cl.meta().Bootstrap.String())
-	if h != nil && h.started != nil {
-		h.started(cl.mem.LocalAddr())
+	if h != nil && h.Started != nil {
+		h.Started(cl.mem.LocalAddr())
 	}
 	return cons, nil
 }
 
 // aliveNodes counts the cluster's alive members, this node included, for
-// the leader's node shares (waiters.go).
-func (cl *clusterNode) aliveNodes() int {
+// the leader's node shares (node/waiters.go).
+func (cl *Node) AliveNodes() int {
 	if cl.mem == nil {
 		return 1
 	}
@@ -770,4 +798,13 @@ func (cl *clusterNode) aliveNodes() int {
 		}
 	}
 	return alive
+}
+
+// Reload replaces the trust map (cluster.internode.trusted_peer_keys).
+func (cl *Node) Reload(cfg Config) {
+	if err := cl.trust.Replace(cfg.Internode.TrustedPeerKeys); err != nil {
+		cl.opts.Logger.Error("reload refused: the new trust map is invalid; the old one stays", "err", err)
+		return
+	}
+	cl.opts.Logger.Info("reload: trust map replaced (other changes need a restart)", "peers", len(cfg.Internode.TrustedPeerKeys))
 }

@@ -1,4 +1,4 @@
-package node
+package cluster
 
 import (
 	"sync"
@@ -65,7 +65,7 @@ func (h *boundHistory) get(id string) []uint32 {
 
 // sampleBounds records the bounds alive members advertise now (this
 // node's from its own metadata view).
-func (cl *clusterNode) sampleBounds(now time.Time) {
+func (cl *Node) sampleBounds(now time.Time) {
 	bounds := map[string]uint32{}
 	for _, m := range cl.mem.Members() {
 		if m.State == membership.StateAlive || m.ID == cl.cfg.Name {

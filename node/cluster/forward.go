@@ -1,4 +1,4 @@
-package node
+package cluster
 
 // Forwarding (SPEC §4.1, §5): a follower sends Write, Get and List to the
 // leader over a mesh stream of class forward; every node serves forwarded
@@ -24,9 +24,11 @@ import (
 
 // retireWait bounds how long the forwarding client to a previous leader
 // waits for the answers to the requests in flight on it: a proposal
-// there waits at most proposeWait for Raft, then consensus.FateWait for
-// its entry's fate.
-const retireWait = proposeWait + consensus.FateWait + time.Second
+// there waits at most Options.ProposeWait for Raft, then
+// consensus.FateWait for its entry's fate.
+func (f *forwarder) retireWait() time.Duration {
+	return f.cl.opts.ProposeWait + consensus.FateWait + time.Second
+}
 
 // A stopping node keeps answering forwarded requests until none has
 // arrived for forwardQuiet (its followers have moved on to the next
@@ -40,7 +42,7 @@ const (
 
 // forwarder holds the forwarding client to the current leader.
 type forwarder struct {
-	cl *clusterNode
+	cl *Node
 
 	mu     sync.Mutex
 	leader string // NodeId the client dials
@@ -98,7 +100,7 @@ func (f *forwarder) route() (*forward.Client, bool) {
 	if f.cl.host.Serving() == nil {
 		return nil, false // this node leads
 	}
-	id, addr := f.cl.leader() // Raft's, or a gossip-only client's
+	id, addr := f.cl.Leader() // Raft's, or a gossip-only client's
 	if id == "" || id == f.cl.cfg.Name {
 		return nil, false
 	}
@@ -121,7 +123,7 @@ func (f *forwarder) route() (*forward.Client, bool) {
 		f.retiring.Add(1)
 		go func(stop <-chan struct{}) {
 			defer f.retiring.Done()
-			old.Retire(stop, retireWait)
+			old.Retire(stop, f.retireWait())
 		}(f.stopRetire)
 	}
 	m, leader, leaderAddr := f.cl.mesh, id, addr
@@ -148,14 +150,24 @@ func (f *forwarder) forwardsTo() string {
 	return f.leader
 }
 
-// ForwardsTo (api.LeaderHinter): in cluster mode on a node that forwards
-// ticket ops, the leader's NodeId; the API names it in wire.LeaderHeader
-// so that a client with several addresses can go to the leader itself.
-func (n *Node) ForwardsTo() string { return n.mode.forwardsTo() }
+// Route is the leader's ticket operations when this node forwards to it:
+// Raft is open, this node does not lead, and it knows a leader other
+// than itself.
+func (cl *Node) Route() (Tickets, bool) {
+	c, ok := cl.fwd.route()
+	if !ok {
+		return nil, false
+	}
+	return routed{f: &cl.fwd, c: c}, true
+}
+
+// ForwardsTo is the leader a ticket op arriving now would be forwarded
+// to, "" when this node would serve it itself or cannot forward.
+func (cl *Node) ForwardsTo() string { return cl.fwd.forwardsTo() }
 
 // forwarded is the forward.Handler: this node's own local operations. A
-// wait holds a slot of peer's share (waiters.go).
-func (cl *clusterNode) forwarded(ctx context.Context, peer string, req forward.Request) forward.Response {
+// wait holds a slot of peer's share (node/waiters.go: Origin).
+func (cl *Node) forwarded(ctx context.Context, peer string, req forward.Request) forward.Response {
 	ctx = withOrigin(ctx, peer)
 	local := cl.host.Local()
 	switch req.Op {
@@ -334,4 +346,20 @@ func (r routed) Watch(ctx context.Context, name string, index uint64, wait time.
 
 func (r routed) List(ctx context.Context, prefix string, limit int) ([]ticket.Ticket, bool, error) {
 	return r.f.forwardList(ctx, r.c, prefix, limit)
+}
+
+// originKey marks a wait forwarded to this leader with the node it came
+// through.
+type originKey struct{}
+
+func withOrigin(ctx context.Context, node string) context.Context {
+	return context.WithValue(ctx, originKey{}, node)
+}
+
+// Origin is the node a forwarded request came through (the leader counts
+// its waits against that node's share), or false for a request this node
+// took itself.
+func Origin(ctx context.Context) (string, bool) {
+	node, ok := ctx.Value(originKey{}).(string)
+	return node, ok
 }
