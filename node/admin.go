@@ -15,24 +15,24 @@ import (
 
 // Members lists the Raft configuration (admin, api.Backend), in cluster
 // mode with every gossip member (node/cluster/admin.go).
-func (n *Node) Members(ctx context.Context) (wire.Members, error) { return n.mode.members() }
+func (n *server) Members(ctx context.Context) (wire.Members, error) { return n.mode.members() }
 
 // TransferLeadership moves leadership to another voter (admin,
 // api.Backend); a single node has none.
-func (n *Node) TransferLeadership(ctx context.Context, to string) error {
+func (n *server) TransferLeadership(ctx context.Context, to string) error {
 	return n.mode.transfer(ctx, to)
 }
 
 // RemoveMember removes a server from the Raft configuration (admin,
 // api.Backend); a single node cannot remove its only voter.
-func (n *Node) RemoveMember(ctx context.Context, id string) error { return n.mode.remove(ctx, id) }
+func (n *server) RemoveMember(ctx context.Context, id string) error { return n.mode.remove(ctx, id) }
 
 // Snapshot takes a Raft snapshot of this node's state now (admin,
 // api.Backend). Any node whose Raft is open takes its own — a follower
 // too: its snapshot is of the log it applied, exactly as the leader's
 // would be at that index (backups of a follower, compaction). A FAILED or
 // stopping node refuses (503).
-func (n *Node) Snapshot(ctx context.Context) (wire.SnapshotInfo, error) {
+func (n *server) Snapshot(ctx context.Context) (wire.SnapshotInfo, error) {
 	cur, reason := n.stage.Get()
 	r := n.raft()
 	switch {
@@ -65,7 +65,7 @@ func (n *Node) Snapshot(ctx context.Context) (wire.SnapshotInfo, error) {
 }
 
 // ClusterHealth is GET /v1/cluster/health (api.HealthReporter).
-func (n *Node) ClusterHealth(ctx context.Context) (wire.ClusterHealth, error) {
+func (n *server) ClusterHealth(ctx context.Context) (wire.ClusterHealth, error) {
 	return n.mode.health(ctx)
 }
 
@@ -79,6 +79,6 @@ func (n *Node) ClusterHealth(ctx context.Context) (wire.ClusterHealth, error) {
 // non-voter when it is not in the configuration yet, and the reconciler,
 // triggered, promotes it once it has caught up. The caller waits for that
 // (ticketctl --wait).
-func (n *Node) ReplaceMember(ctx context.Context, old, repl string) (wire.Replaced, error) {
+func (n *server) ReplaceMember(ctx context.Context, old, repl string) (wire.Replaced, error) {
 	return n.mode.replace(ctx, old, repl)
 }

@@ -162,7 +162,7 @@ func timed(d time.Duration, fn func(ctx context.Context) error) (time.Duration, 
 }
 
 // startWithHealth starts a node with a client token and a health listener.
-func startWithHealth(t *testing.T, built func(*Node)) (*testNode, Config, string, net.Listener) {
+func startWithHealth(t *testing.T, built func(*server)) (*testNode, Config, string, net.Listener) {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := testConfig(t, dir+"/data")
@@ -199,8 +199,8 @@ func TestAPIFloodUnauthenticated(t *testing.T) {
 		{floodRaw, 3000, 8},
 	} {
 		t.Run(fmt.Sprintf("%v-%d-from-%d", c.kind, c.n, c.sources), func(t *testing.T) {
-			var nd atomic.Pointer[Node]
-			tn, cfg, tok, hln := startWithHealth(t, func(n *Node) { nd.Store(n) })
+			var nd atomic.Pointer[server]
+			tn, cfg, tok, hln := startWithHealth(t, func(n *server) { nd.Store(n) })
 			addr := strings.TrimPrefix(tn.url, "http://")
 			health, err := client.New("http://"+hln.Addr().String(), client.WithHTTPClient(&http.Client{Transport: &http.Transport{}}))
 			if err != nil {

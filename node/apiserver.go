@@ -93,7 +93,7 @@ const (
 
 // startAPI listens (unless ln, healthLn are given) and serves the API;
 // probes see every stage from here on.
-func (n *Node) startAPI(ln, healthLn net.Listener) (*apiServer, error) {
+func (n *server) startAPI(ln, healthLn net.Listener) (*apiServer, error) {
 	a := &n.cfg.API
 	tlsConf, err := apiTLS(&a.TLS)
 	if err != nil {
@@ -151,7 +151,7 @@ func (n *Node) startAPI(ln, healthLn net.Listener) (*apiServer, error) {
 // httpServer is one listener's server: the limiter's hooks and the
 // api timeouts. A blocking grant or watch lifts its own deadlines
 // (api.longer), so the timeouts do not cut long waits.
-func (n *Node) httpServer(h http.Handler, lim *connlimit.Limiter, errLog *lograte.Logger, idle time.Duration) *http.Server {
+func (n *server) httpServer(h http.Handler, lim *connlimit.Limiter, errLog *lograte.Logger, idle time.Duration) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ConnState:         lim.ConnState,

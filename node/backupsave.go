@@ -26,7 +26,7 @@ import (
 // verified first — a snapshot the node could not restore is never sent.
 // A follower answers not_leader naming the leader; a client given every
 // node's address finds it.
-func (n *Node) Backup(ctx context.Context) (*api.Backup, error) {
+func (n *server) Backup(ctx context.Context) (*api.Backup, error) {
 	if e := n.mode.removed(); e != nil {
 		return nil, e
 	}
@@ -78,7 +78,7 @@ func (n *Node) Backup(ctx context.Context) (*api.Backup, error) {
 
 // snapshotForBackup takes a Raft snapshot, trying again while Raft says it
 // cannot now (one in progress; a configuration change not applied yet).
-func (n *Node) snapshotForBackup(ctx context.Context, r *raft.Raft) (*raft.SnapshotMeta, error) {
+func (n *server) snapshotForBackup(ctx context.Context, r *raft.Raft) (*raft.SnapshotMeta, error) {
 	c := n.cons.Load()
 	for {
 		f := r.Snapshot()

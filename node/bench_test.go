@@ -15,7 +15,7 @@ import (
 // BenchmarkGrantVsClockCheck (issue 5 item 7) measures, in one run, the
 // pre-proposal clock check (SPEC §3.2: running bound, step, staleness and
 // rollback, with an agent-mode monitor on the real clocks) against a
-// single-node Grant through Node.Write — the path the API handler calls:
+// single-node Grant through server.Write — the path the API handler calls:
 // the check itself, Raft, the bolt fsync and the FSM. Each iteration is one
 // Grant and 1000 checks, timed separately; check-%-of-grant is the ratio
 // (target ≤ 2 %). Run: go test -run '^$' -bench GrantVsClockCheck ./node
@@ -29,8 +29,8 @@ func BenchmarkGrantVsClockCheck(b *testing.B) {
 	cfg.Clock.SecretFile = writeFile(b, b.TempDir(), "clock.secret", clockSecret, 0o600)
 	cfg.Clock.ProbeIntervalMs = 200 // defaults otherwise: Δ 500, timeout 200 ms
 	cfg.Clock.ProbeTimeoutMs = 200
-	var n *Node
-	tn := startNodeHooks(b, cfg, Deps{Env: noEnv, Logger: slog.New(slog.DiscardHandler)}, testHooks{built: func(x *Node) { n = x }})
+	var n *server
+	tn := startNodeHooks(b, cfg, Deps{Env: noEnv, Logger: slog.New(slog.DiscardHandler)}, testHooks{built: func(x *server) { n = x }})
 	defer tn.stop()
 
 	const checks = 1000

@@ -83,7 +83,7 @@ func clockDeps(deps *Deps) (WallClock, clockhealth.MonoClock, error) {
 // buildMonitor builds the clock-health monitor from the clock: section
 // (unless a guard was injected) and loads the API secrets, which must all
 // differ from the clock secrets (SPEC §1.4).
-func (n *Node) buildMonitor(deps *Deps, env secret.Lookup, wall WallClock, mono clockhealth.MonoClock) error {
+func (n *server) buildMonitor(deps *Deps, env secret.Lookup, wall WallClock, mono clockhealth.MonoClock) error {
 	cfg := &n.cfg
 	clockSecrets, secrets, err := loadAllSecrets(cfg, env, n.guard == nil)
 	if err != nil {
@@ -110,7 +110,7 @@ func (n *Node) buildMonitor(deps *Deps, env secret.Lookup, wall WallClock, mono 
 // clockCheck is the first stage of SPEC §3.5 with an agent: nothing opens
 // Raft until 3 consecutive healthy samples. A failure here retires nothing
 // and records nothing; the process exits non-zero and may start again.
-func (n *Node) clockCheck(ctx context.Context) error {
+func (n *server) clockCheck(ctx context.Context) error {
 	n.stage.Set(stage.ClockCheck, fmt.Sprintf("waiting for %d consecutive healthy samples", clockhealth.ClockCheckSamples))
 	n.log.Info("clock_check: proving the clock before opening Raft", "samples", clockhealth.ClockCheckSamples,
 		"agents", n.cfg.Clock.Agents(), "probe_interval_ms", n.cfg.Clock.ProbeIntervalMs, "burst", n.cfg.Clock.Burst)
@@ -136,7 +136,7 @@ var errStopped = errors.New("node: stopped during start-up")
 // failure (a single node's hold-off marker; a cluster node retires its
 // NodeId, hands leadership over and stops Raft). A non-nil error is what
 // the run loop returns.
-func (n *Node) clockFailed() error {
+func (n *server) clockFailed() error {
 	ce := n.clockErr()
 	reason := "failed"
 	if ce != nil {
@@ -147,7 +147,7 @@ func (n *Node) clockFailed() error {
 }
 
 // clockErr returns the latched FAILED error, or nil.
-func (n *Node) clockErr() *clockhealth.Error {
+func (n *server) clockErr() *clockhealth.Error {
 	var ce *clockhealth.Error
 	if err := n.guard.Check(); errors.As(err, &ce) {
 		return ce

@@ -169,11 +169,11 @@ func TestRestartAfterFailedHoldsOff(t *testing.T) {
 	_ = tn.stop()
 
 	holdOff := 250*time.Second + 500*time.Millisecond
-	var node *Node
+	var node *server
 	restart := func() (*testNode, time.Time) {
 		t.Helper()
 		start := clk.Now()
-		tn, err := tryStartHooks(t, cfg, Deps{Wall: clk}, testHooks{built: func(n *Node) { node = n }}, false)
+		tn, err := tryStartHooks(t, cfg, Deps{Wall: clk}, testHooks{built: func(n *server) { node = n }}, false)
 		if err != nil {
 			t.Fatal(err)
 		}

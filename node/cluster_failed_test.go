@@ -178,7 +178,7 @@ func TestClusterLeaderClockFails(t *testing.T) {
 	}
 
 	// The failed node: it exits by itself with its clock error (exit
-	// status 1) once Raft is shut down; until then (and in the Node it
+	// status 1) once Raft is shut down; until then (and in the server it
 	// leaves) every op is a 503 with the reason.
 	var clockErr *clockhealth.Error
 	if err := waitExit(t, lc.tn, 15*time.Second); !errors.As(err, &clockErr) {
@@ -364,7 +364,7 @@ func waitExit(t *testing.T, tn *testNode, d time.Duration) error {
 // assertFailedRefusals checks that the FAILED node n refuses a Grant and
 // reports not ready, with stage failed and reason (SPEC §3.4), saying to
 // bring a new NodeId.
-func assertFailedRefusals(t *testing.T, n *Node, reason protocol.Reason) {
+func assertFailedRefusals(t *testing.T, n *server, reason protocol.Reason) {
 	t.Helper()
 	var ae *api.Error
 	_, err := n.Write(bg, api.Write{Op: ticket.OpGrant, Name: "x", Holder: "h", LeaseS: 30})

@@ -16,7 +16,7 @@ func faulty(meshNet, gossipNet **faultnet.Net) func(*testCluster) {
 }
 
 // gossipState is id's gossip state in via's /v1/cluster/members (the
-// handler's backend, Node.Members: the endpoint needs the admin token)
+// handler's backend, server.Members: the endpoint needs the admin token)
 // and its Raft suffrage there.
 func gossipState(t *testing.T, via *clusterMember, id string) (gossip, suffrage string) {
 	t.Helper()

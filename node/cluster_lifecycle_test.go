@@ -110,7 +110,7 @@ func TestClusterMembersWhileStarting(t *testing.T) {
 	t.Cleanup(func() { close(done); asking.Wait() })
 	tc.beforeStart = func(_ *Deps, h *testHooks) {
 		built := h.built
-		h.built = func(n *Node) {
+		h.built = func(n *server) {
 			asking.Go(func() {
 				for {
 					ms, err := n.Members(bg)

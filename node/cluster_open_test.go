@@ -18,7 +18,7 @@ import (
 // handler of real processes polled every 50 ms, cmd/ticketd's netns test).
 func TestReadinessWhileClusterOpens(t *testing.T) {
 	keys := newTestCluster(t, "n1")
-	n := &Node{cfg: DefaultConfig(), stage: stage.NewHolder(), fsm: ticket.New(500), log: testLogger(t), reg: prometheus.NewRegistry()}
+	n := &server{cfg: DefaultConfig(), stage: stage.NewHolder(), fsm: ticket.New(500), log: testLogger(t), reg: prometheus.NewRegistry()}
 	n.cfg.Clock.DeltaMs = 500
 	n.cfg.Cluster.Enabled = true
 	n.cfg.Cluster.Name = "n1"

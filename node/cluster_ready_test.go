@@ -41,7 +41,7 @@ func (tc *testCluster) leader() string {
 }
 
 // memberMeta is name's metadata as viewer's gossip sees it.
-func memberMeta(viewer *Node, name string) (membership.Meta, bool) {
+func memberMeta(viewer *server, name string) (membership.Meta, bool) {
 	for _, m := range clusterOf(viewer).Membership().Members() {
 		if m.ID == name {
 			return m.Meta, true
@@ -172,7 +172,7 @@ func TestClusterDeltaMismatchNeverReady(t *testing.T) {
 
 // pendingAdds counts the AddNonvoter changes the leader's reconciler would
 // still make on its current view (0: every addition was applied).
-func pendingAdds(n *Node) int {
+func pendingAdds(n *server) int {
 	rr := n.raft()
 	servers, err := reconcile.NewRaftAdapter(rr, time.Second).GetConfiguration()
 	if err != nil {
@@ -189,7 +189,7 @@ func pendingAdds(n *Node) int {
 
 // roles counts the voters and non-voters of n's Raft configuration and
 // reports whether every named node is in it.
-func roles(n *Node, names ...string) (voters, nonvoters int, all bool) {
+func roles(n *server, names ...string) (voters, nonvoters int, all bool) {
 	f := n.raft().GetConfiguration()
 	if f.Error() != nil {
 		return 0, 0, false

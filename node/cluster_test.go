@@ -70,9 +70,9 @@ type testCluster struct {
 type clusterMember struct {
 	an     *agentNode
 	tn     *testNode
-	node   chan *Node
+	node   chan *server
 	gossip chan string
-	n      *Node
+	n      *server
 }
 
 func newTestCluster(t *testing.T, names ...string) *testCluster {
@@ -97,7 +97,7 @@ func (tc *testCluster) start(name, join string, expect int) *clusterMember {
 func (tc *testCluster) startWith(name, join string, expect int, edit func(*Config)) *clusterMember {
 	t := tc.t
 	t.Helper()
-	cm := &clusterMember{node: make(chan *Node, 1), gossip: make(chan string, 1)}
+	cm := &clusterMember{node: make(chan *server, 1), gossip: make(chan string, 1)}
 	cm.an = newAgentNode(t, t.TempDir(), []byte(clockSecret), func(c *Config) {
 		c.Cluster.Enabled = true
 		c.Cluster.Name = name
@@ -119,7 +119,7 @@ func (tc *testCluster) startWith(name, join string, expect int, edit func(*Confi
 			edit(c)
 		}
 	})
-	cm.an.hooks.built = func(n *Node) { cm.node <- n }
+	cm.an.hooks.built = func(n *server) { cm.node <- n }
 	// memberlist's own goroutines may log a moment after Shutdown returns.
 	gl := &guardedLog{t: t}
 	t.Cleanup(gl.stop)
@@ -384,7 +384,7 @@ func TestClusterTwoOfThreeDoNotBootstrap(t *testing.T) {
 	}
 }
 
-func aliveCount(n *Node) int {
+func aliveCount(n *server) int {
 	c := 0
 	for _, m := range clusterOf(n).Membership().Members() {
 		if m.State == membership.StateAlive {

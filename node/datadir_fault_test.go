@@ -38,8 +38,8 @@ func buildFaultTemplate(t *testing.T, store string) faultTemplate {
 	cfg := testConfig(t, work)
 	cfg.Cluster.Raft.LogStore = store
 	cfg.Cluster.Raft.TrailingLogs = 2 // after a snapshot the log holds little: its loss must be seen
-	var n *Node
-	tn := startNodeHooks(t, cfg, Deps{Env: noEnv}, testHooks{built: func(x *Node) { n = x }})
+	var n *server
+	tn := startNodeHooks(t, cfg, Deps{Env: noEnv}, testHooks{built: func(x *server) { n = x }})
 	for i := range 5 {
 		if _, err := tn.c.Grant(bg, "pre-"+string(rune('a'+i)), "h", 250); err != nil {
 			t.Fatal(err)

@@ -3,10 +3,13 @@
 // Raft (node/consensus: hashicorp/raft with the raft-wal or raft-boltdb
 // log) around the ticket FSM, the leader's expiry loop, and the HTTP API of
 // SPEC §4.1. A single node is the one voter of its Raft on an in-memory
-// transport; in cluster mode (cluster*.go, SPEC §5) the node is a voter,
-// a non-voter or a gossip-only client, with Raft over the authenticated
-// mesh, gossip membership, the leader's reconciler and forwarding of
-// writes and reads to the leader.
+// transport; in cluster mode (package node/cluster, SPEC §5) the node is
+// a voter, a non-voter or a gossip-only client, with Raft over the
+// authenticated mesh, gossip membership, the leader's reconciler and
+// forwarding of writes and reads to the leader. What differs between the
+// two is the mode interface (mode.go: singleMode; mode_cluster.go:
+// clusterMode drives a cluster.Node, and clusterHost is the node as that
+// Node's cluster.Host, the one way back).
 //
 // Start-up (SPEC §3.5): lock the data dir (a retired one is refused or,
 // in cluster mode with auto_replace, moved aside for the next generation;

@@ -14,7 +14,7 @@ import (
 
 // expiryLoop proposes Expire for every ticket whose server-side expiry has
 // passed by the leader's wall clock (rounded down), until ctx ends.
-func (n *Node) expiryLoop(ctx context.Context) {
+func (n *server) expiryLoop(ctx context.Context) {
 	t := time.NewTicker(n.expiry)
 	defer t.Stop()
 	var lastRefusal string
@@ -47,7 +47,7 @@ func (n *Node) expiryLoop(ctx context.Context) {
 
 // expireDue proposes one batch of Expire entries stamped with now and waits
 // for them to apply.
-func (n *Node) expireDue(ctx context.Context, now time.Time) {
+func (n *server) expireDue(ctx context.Context, now time.Time) {
 	nowMs, ok := protocol.FloorUnixMs(now)
 	if !ok {
 		return
@@ -88,7 +88,7 @@ func (n *Node) expireDue(ctx context.Context, now time.Time) {
 // clearHoldOff removes an earlier run's FAILED marker once the hold-off has
 // passed and the clock is still healthy (the check runs before the marker
 // lock: a Check that latches FAILED must not run under it).
-func (n *Node) clearHoldOff() {
+func (n *server) clearHoldOff() {
 	if !n.hold.pending.Load() {
 		return
 	}

@@ -194,7 +194,7 @@ func writeFile(t testing.TB, dir, name, content string, mode os.FileMode) string
 
 // clusterOf is a cluster node's cluster half as tests look inside it
 // (cluster.Internals); the zero Internals for a single node.
-func clusterOf(n *Node) cluster.Internals {
+func clusterOf(n *server) cluster.Internals {
 	if m, ok := n.mode.(clusterMode); ok {
 		return m.cl.Internals()
 	}

@@ -11,8 +11,8 @@ import (
 // another holder, unexpired) answers 409 without appending to the log; a
 // contended ticket no longer grows the log with each failed attempt.
 func TestRefusedGrantAppendsNothing(t *testing.T) {
-	var n *Node
-	tn := startNodeHooks(t, testConfig(t, t.TempDir()), Deps{Env: noEnv}, testHooks{built: func(x *Node) { n = x }})
+	var n *server
+	tn := startNodeHooks(t, testConfig(t, t.TempDir()), Deps{Env: noEnv}, testHooks{built: func(x *server) { n = x }})
 	g, err := tn.c.Grant(bg, "a", "h1", 30)
 	if err != nil {
 		t.Fatal(err)

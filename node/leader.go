@@ -12,7 +12,7 @@ import (
 
 // leadership starts the leader's work on every gain of leadership and stops
 // it on every loss.
-func (n *Node) leadership(ctx context.Context) {
+func (n *server) leadership(ctx context.Context) {
 	stopLead := func() {}
 	defer func() { stopLead() }()
 	for {
@@ -41,7 +41,7 @@ func (n *Node) leadership(ctx context.Context) {
 
 // lead commits a Barrier (so every earlier entry is applied), records Δ at
 // bootstrap, becomes ready and runs the expiry loop.
-func (n *Node) lead(ctx context.Context) {
+func (n *server) lead(ctx context.Context) {
 	cons := n.cons.Load()
 	term := cons.Raft().CurrentTerm()
 	n.stage.Set(stage.Replay, "committing a barrier in term "+fmt.Sprint(term))

@@ -9,7 +9,7 @@ import (
 // the gossip health score (after a boot grace) and Raft last contact
 // (voters strict, standbys lenient, the leader always passes; a
 // gossip-only client has no Raft to judge).
-func (n *Node) Liveness() wire.Health {
+func (n *server) Liveness() wire.Health {
 	h := wire.Health{Status: "ok"}
 	fail := func(reason, detail string) wire.Health {
 		return wire.Health{Status: "unavailable", Reason: reason, Detail: detail}

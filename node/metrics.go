@@ -9,7 +9,7 @@ import (
 // registerMetrics registers the node's own series on reg: the readiness
 // stage, leader changes, tickets, waiters and watchers, the Raft state,
 // membership counts and term.
-func (n *Node) registerMetrics(reg prometheus.Registerer) {
+func (n *server) registerMetrics(reg prometheus.Registerer) {
 	stage.Register(reg, func() stage.Stage { return stage.Stage(n.Readiness().Stage) })
 	n.leaderChanges = prometheus.NewCounter(prometheus.CounterOpts{Name: "raft_leader_changes_total", Help: "Leadership transitions seen by this node."})
 	reg.MustRegister(
@@ -51,7 +51,7 @@ func (n *Node) registerMetrics(reg prometheus.Registerer) {
 }
 
 // countMembers counts the configuration's servers of one suffrage.
-func (n *Node) countMembers(suffrage raft.ServerSuffrage) int {
+func (n *server) countMembers(suffrage raft.ServerSuffrage) int {
 	r := n.raft()
 	if r == nil {
 		return 0

@@ -85,7 +85,7 @@ type mode interface {
 // false): it forwards nothing, has no other voter and holds off after a
 // FAILED clock (SPEC §4).
 type singleMode struct {
-	n  *Node
+	n  *server
 	tr raft.Transport // Deps.Transport; nil: in-memory
 }
 
@@ -220,7 +220,7 @@ func (m singleMode) health(context.Context) (wire.ClusterHealth, error) {
 }
 
 // clockState is this node's clock as the gossip metadata would say it.
-func (n *Node) clockState() string {
+func (n *server) clockState() string {
 	err := n.guard.Check()
 	var ce *clockhealth.Error
 	switch {

@@ -18,14 +18,14 @@ import (
 // half, *cluster.Node (package node/cluster), behind the mode interface.
 // The cluster reaches the node only through clusterHost.
 type clusterMode struct {
-	n  *Node
+	n  *server
 	cl *cluster.Node
 }
 
 // newClusterMode builds the cluster half from the node's config: its
 // identity, trust map and gossip secret are loaded here, so a
 // misconfiguration refuses the start (a *config.Error naming the key).
-func newClusterMode(n *Node, tuning *cluster.Tuning) (clusterMode, error) {
+func newClusterMode(n *server, tuning *cluster.Tuning) (clusterMode, error) {
 	var failed <-chan struct{}
 	if f, ok := n.guard.(interface{ Failed() <-chan struct{} }); ok {
 		failed = f.Failed()
@@ -134,8 +134,8 @@ func refuseClusterClock(err error) *api.Error {
 }
 
 // clusterHost is the node as the cluster half's cluster.Host: the few
-// things it asks of the node, and nothing else of *Node.
-type clusterHost struct{ n *Node }
+// things it asks of the node, and nothing else of *server.
+type clusterHost struct{ n *server }
 
 func (h clusterHost) Consensus() *consensus.Raft { return h.n.cons.Load() }
 
@@ -171,7 +171,7 @@ func (h clusterHost) BindWait(ctx context.Context) (context.Context, context.Can
 
 // localOps are this node's own ticket operations, as the leader: what a
 // forwarded request runs.
-type localOps struct{ n *Node }
+type localOps struct{ n *server }
 
 func (l localOps) Write(ctx context.Context, w api.Write) (api.Written, error) {
 	return l.n.writeLocal(ctx, w)

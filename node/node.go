@@ -80,10 +80,10 @@ type Deps struct {
 // directory the node and Raft's snapshot store create is owner-only.
 func Run(ctx context.Context, cfg Config) error { return RunWith(ctx, cfg, Deps{}) }
 
-// Node is one running ticketd; it is the API's Backend. Its goroutines —
+// server is one running ticketd; it is the API's Backend. Its goroutines —
 // the run loop (RunWith's), the HTTP server, the leadership watcher and the
 // leader's expiry loop — all end before RunWith returns.
-type Node struct {
+type server struct {
 	cfg    Config
 	log    *slog.Logger
 	wall   WallClock
@@ -133,12 +133,12 @@ func runWith(ctx context.Context, cfg Config, deps Deps, hooks testHooks) error 
 
 // newNode validates the config, resolves the clocks, opens and checks the
 // data dir, and builds the clock-health monitor.
-func newNode(cfg Config, deps *Deps, hooks testHooks) (*Node, error) {
+func newNode(cfg Config, deps *Deps, hooks testHooks) (*server, error) {
 	cfg.Normalize()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{
+	n := &server{
 		cfg: cfg, log: deps.Logger, guard: deps.Guard, stage: stage.NewHolder(),
 		expiry: deps.ExpiryInterval, fsm: ticket.New(cfg.Clock.DeltaMs), notify: make(chan bool, 16),
 		started: time.Now(), expireEarly: hooks.expireEarly,
@@ -194,7 +194,7 @@ func newNode(cfg Config, deps *Deps, hooks testHooks) (*Node, error) {
 	return n, nil
 }
 
-func (n *Node) run(ctx context.Context, deps *Deps, hooks testHooks) (err error) {
+func (n *server) run(ctx context.Context, deps *Deps, hooks testHooks) (err error) {
 	n.metrics = api.NewMetrics(n.reg)
 	n.registerMetrics(n.reg)
 	if hooks.built != nil {
@@ -314,7 +314,7 @@ func (n *Node) run(ctx context.Context, deps *Deps, hooks testHooks) (err error)
 
 // failedExit is what a FAILED cluster node's run returns: its clock
 // error (exit status 1).
-func (n *Node) failedExit() error {
+func (n *server) failedExit() error {
 	if ce := n.clockErr(); ce != nil {
 		return ce
 	}
@@ -322,7 +322,7 @@ func (n *Node) failedExit() error {
 }
 
 // clockMode describes the clock the node runs on, for the start-up log.
-func (n *Node) clockMode() string {
+func (n *server) clockMode() string {
 	switch {
 	case n.mon == nil:
 		return "injected guard"
@@ -335,7 +335,7 @@ func (n *Node) clockMode() string {
 }
 
 // raft returns the Raft instance, or nil before it is open.
-func (n *Node) raft() *raft.Raft {
+func (n *server) raft() *raft.Raft {
 	if c := n.cons.Load(); c != nil {
 		return c.Raft()
 	}
@@ -343,7 +343,7 @@ func (n *Node) raft() *raft.Raft {
 }
 
 // fatalError names the file behind the FSM's fatal error.
-func (n *Node) fatalError() error {
+func (n *server) fatalError() error {
 	err := n.fsm.Fatal()
 	var re *ticket.RestoreError
 	if errors.As(err, &re) {

@@ -11,7 +11,7 @@ import (
 
 // readable is the linearizable-read rule of SPEC §4: this node leads, its
 // Barrier committed in the current term, and VerifyLeader succeeds now.
-func (n *Node) readable(ctx context.Context) error {
+func (n *server) readable(ctx context.Context) error {
 	if err := n.serving(); err != nil {
 		return err
 	}
@@ -25,7 +25,7 @@ func (n *Node) readable(ctx context.Context) error {
 
 // Get is a linearizable read of one ticket (api.Backend); a cluster
 // follower forwards it to the leader.
-func (n *Node) Get(ctx context.Context, name string) (ticket.Ticket, bool, error) {
+func (n *server) Get(ctx context.Context, name string) (ticket.Ticket, bool, error) {
 	if leader, ok := n.mode.route(); ok {
 		return leader.Get(ctx, name)
 	}
@@ -34,14 +34,14 @@ func (n *Node) Get(ctx context.Context, name string) (ticket.Ticket, bool, error
 
 // Watch is the blocking read of SPEC §4.2 (api.Watcher); a cluster
 // follower forwards it to the leader.
-func (n *Node) Watch(ctx context.Context, name string, index uint64, wait time.Duration) (ticket.Ticket, bool, uint64, error) {
+func (n *server) Watch(ctx context.Context, name string, index uint64, wait time.Duration) (ticket.Ticket, bool, uint64, error) {
 	if leader, ok := n.mode.route(); ok {
 		return leader.Watch(ctx, name, index, wait)
 	}
 	return n.watchLocal(ctx, name, index, wait)
 }
 
-func (n *Node) getLocal(ctx context.Context, name string) (ticket.Ticket, bool, error) {
+func (n *server) getLocal(ctx context.Context, name string) (ticket.Ticket, bool, error) {
 	if err := n.readable(ctx); err != nil {
 		return ticket.Ticket{}, false, err
 	}
@@ -51,14 +51,14 @@ func (n *Node) getLocal(ctx context.Context, name string) (ticket.Ticket, bool, 
 
 // List is a linearizable read of tickets by prefix (api.Backend); a
 // cluster follower forwards it to the leader.
-func (n *Node) List(ctx context.Context, prefix string, limit int) ([]ticket.Ticket, bool, error) {
+func (n *server) List(ctx context.Context, prefix string, limit int) ([]ticket.Ticket, bool, error) {
 	if leader, ok := n.mode.route(); ok {
 		return leader.List(ctx, prefix, limit)
 	}
 	return n.listLocal(ctx, prefix, limit)
 }
 
-func (n *Node) listLocal(ctx context.Context, prefix string, limit int) ([]ticket.Ticket, bool, error) {
+func (n *server) listLocal(ctx context.Context, prefix string, limit int) ([]ticket.Ticket, bool, error) {
 	if err := n.readable(ctx); err != nil {
 		return nil, false, err
 	}
@@ -70,4 +70,4 @@ func (n *Node) listLocal(ctx context.Context, prefix string, limit int) ([]ticke
 // ForwardsTo (api.LeaderHinter): in cluster mode on a node that forwards
 // ticket ops, the leader's NodeId; the API names it in wire.LeaderHeader
 // so that a client with several addresses can go to the leader itself.
-func (n *Node) ForwardsTo() string { return n.mode.forwardsTo() }
+func (n *server) ForwardsTo() string { return n.mode.forwardsTo() }

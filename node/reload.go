@@ -5,7 +5,7 @@ package node
 // before it replaces the old one (identity.Store.Replace keeps the old map
 // on any error), so a replacement node is admitted without restarting the
 // others. Everything else in the new config is ignored, and said so.
-func (n *Node) reload(read func() (Config, error)) {
+func (n *server) reload(read func() (Config, error)) {
 	if read == nil {
 		n.log.Warn("reload requested but this node has no config source to re-read")
 		return

@@ -19,7 +19,7 @@ const settleWait = consensus.FateWait + time.Second
 // refusal they may repeat rather than an unknown outcome. A node that
 // still leads (the hand-off failed) has nothing to wait for, nor has a
 // gossip-only client (no Raft: it proposes nothing).
-func (n *Node) settleProposals() {
+func (n *server) settleProposals() {
 	c := n.cons.Load()
 	if c == nil || c.Raft() == nil || c.Raft().State() == raft.Leader {
 		return
@@ -38,7 +38,7 @@ func (n *Node) settleProposals() {
 // endsAtShutdown makes f's Error return at the latest once Raft's shutdown
 // has ended (consensus.Raft.EndsAtShutdown), for a goroutine that waits on
 // a Raft future itself (the reconciler): the node's stop waits for it.
-func (n *Node) endsAtShutdown(f raft.Future) {
+func (n *server) endsAtShutdown(f raft.Future) {
 	if c := n.cons.Load(); c != nil {
 		c.EndsAtShutdown(f)
 	}

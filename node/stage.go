@@ -10,7 +10,7 @@ import (
 // watchReadiness calls report with Readiness() each time it changes,
 // checking every interval, until the returned stop is called; stop reports
 // a last time with stage stopping.
-func (n *Node) watchReadiness(report func(wire.Health), every time.Duration) (stop func()) {
+func (n *server) watchReadiness(report func(wire.Health), every time.Duration) (stop func()) {
 	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)

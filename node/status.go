@@ -15,7 +15,7 @@ import (
 )
 
 // serving returns nil when this node may take a client request.
-func (n *Node) serving() error {
+func (n *server) serving() error {
 	if e := n.mode.removed(); e != nil {
 		return e
 	}
@@ -39,7 +39,7 @@ func (n *Node) serving() error {
 }
 
 // clockOK is the pre-proposal clock check (SPEC §3.2) as an API answer.
-func (n *Node) clockOK() error {
+func (n *server) clockOK() error {
 	if err := n.guard.Check(); err != nil {
 		return n.mode.refuseClock(err) // cluster mode says retired (mode_cluster.go)
 	}
@@ -51,7 +51,7 @@ func (n *Node) clockOK() error {
 // leader), with a healthy clock and no hold-off.
 // Otherwise the stage and why: clock_check with its progress, failed with
 // the SPEC §1.5 reason, hold_off with the instant.
-func (n *Node) Readiness() wire.Health {
+func (n *server) Readiness() wire.Health {
 	cur, reason := n.stage.Get()
 	h := wire.Health{Status: "unavailable", DevReference: n.mon != nil && n.cfg.Clock.DevReference}
 	// A cluster node (SPEC §3.5): uniform, then ready while a leader is
@@ -94,7 +94,7 @@ func (n *Node) Readiness() wire.Health {
 }
 
 // Status is /v1/status (api.Backend).
-func (n *Node) Status(ctx context.Context) wire.Status {
+func (n *server) Status(ctx context.Context) wire.Status {
 	h := n.Readiness()
 	st := wire.Status{
 		NodeID: n.cfg.Cluster.Name, Mode: n.mode.name(), Stage: h.Stage, Ready: h.Status == "ok", Reason: h.Reason,

@@ -372,7 +372,7 @@ func (h *waitHub) shareOf(ctx context.Context) share {
 // answered other than "held", wait_ms passes (then the 409 held), the
 // request's context ends (the caller went away: dropped, never granted),
 // or the leadership ends (503).
-func (n *Node) grantWaiting(ctx context.Context, w api.Write) (api.Written, error) {
+func (n *server) grantWaiting(ctx context.Context, w api.Write) (api.Written, error) {
 	arrived := time.Now() // monotonic: how long the caller waited (wire.Grant.WaitedMs)
 	wctx, cancel := context.WithTimeout(ctx, time.Duration(w.WaitMs)*time.Millisecond)
 	defer cancel()
@@ -421,7 +421,7 @@ func (n *Node) grantWaiting(ctx context.Context, w api.Write) (api.Written, erro
 // (an entry in flight cannot be recalled); if the caller is gone when it
 // applied and it made the caller the holder, it is released at once, so a
 // caller that went away never holds the ticket.
-func (n *Node) grantFor(ctx context.Context, w api.Write) (api.Written, error) {
+func (n *server) grantFor(ctx context.Context, w api.Write) (api.Written, error) {
 	if ctx.Err() != nil {
 		return api.Written{}, errWaitGone
 	}
@@ -442,7 +442,7 @@ func (n *Node) grantFor(ctx context.Context, w api.Write) (api.Written, error) {
 // watchLocal answers when name's modify index is above index, or wait
 // passes, with the state and its index (linearizable: the read follows
 // VerifyLeader on this leader).
-func (n *Node) watchLocal(ctx context.Context, name string, index uint64, wait time.Duration) (ticket.Ticket, bool, uint64, error) {
+func (n *server) watchLocal(ctx context.Context, name string, index uint64, wait time.Duration) (ticket.Ticket, bool, uint64, error) {
 	if err := n.readable(ctx); err != nil {
 		return ticket.Ticket{}, false, 0, err
 	}

@@ -33,7 +33,7 @@ func TestClusterGrantWaitForwarded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiting := func(n *Node, want int) func() bool {
+	waiting := func(n *server, want int) func() bool {
 		return func() bool { w, _ := n.waits.counts(); return w == want }
 	}
 	got := make(chan waitResult, 1)

@@ -14,7 +14,7 @@ import (
 
 // Write proposes a Grant, Renew, Release or Revoke (api.Backend); a
 // cluster follower forwards it to the leader.
-func (n *Node) Write(ctx context.Context, w api.Write) (api.Written, error) {
+func (n *server) Write(ctx context.Context, w api.Write) (api.Written, error) {
 	if leader, ok := n.mode.route(); ok {
 		return leader.Write(ctx, w)
 	}
@@ -22,7 +22,7 @@ func (n *Node) Write(ctx context.Context, w api.Write) (api.Written, error) {
 }
 
 // writeLocal is Write on this node, as the leader.
-func (n *Node) writeLocal(ctx context.Context, w api.Write) (api.Written, error) {
+func (n *server) writeLocal(ctx context.Context, w api.Write) (api.Written, error) {
 	if err := n.serving(); err != nil {
 		return api.Written{}, err
 	}
@@ -76,7 +76,7 @@ func (n *Node) writeLocal(ctx context.Context, w api.Write) (api.Written, error)
 // check nor a hold-off stops it; its now is the wall time rounded down,
 // as Expire's (a ticket whose expiry has passed by it is free: nothing to
 // revoke).
-func (n *Node) revokeLocal(ctx context.Context, w api.Write) (api.Written, error) {
+func (n *server) revokeLocal(ctx context.Context, w api.Write) (api.Written, error) {
 	nowMs, ok := protocol.FloorUnixMs(n.wall.Now())
 	if !ok {
 		return api.Written{}, api.Unavailable("clock", "clock", "the wall clock reads before 1970")
@@ -101,7 +101,7 @@ const proposeWait = 5 * time.Second
 
 // propose applies data through Raft and waits for the FSM's answer; the
 // consensus errors become the API's.
-func (n *Node) propose(ctx context.Context, data []byte) (ticket.Result, error) {
+func (n *server) propose(ctx context.Context, data []byte) (ticket.Result, error) {
 	c := n.cons.Load()
 	if c == nil {
 		return ticket.Result{}, api.Unavailable(string(stage.Starting), "starting", "raft is not open yet")

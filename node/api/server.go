@@ -63,20 +63,38 @@ type Written struct {
 	WaitedMs uint64
 }
 
-// Backend is what the handler needs from the node.
+// Backend is what the handler needs from the node, by role (as etcd
+// splits its RaftKV and Lessor): the ticket operations, the probes and
+// status, and the admin API. The optional behaviours below (Watcher,
+// Replacer, HealthReporter, LeaderHinter, Backuper) add to a role.
 type Backend interface {
+	Tickets
+	Health
+	Admin
+}
+
+// Tickets is the ticket role: SPEC §4.1's operations (/v1/tickets...).
+type Tickets interface {
 	// Write proposes a Grant, Renew, Release or Revoke and waits for it to
 	// apply.
 	Write(ctx context.Context, w Write) (Written, error)
 	// Get and List are linearizable reads (SPEC §4).
 	Get(ctx context.Context, name string) (ticket.Ticket, bool, error)
 	List(ctx context.Context, prefix string, limit int) ([]ticket.Ticket, bool, error)
+}
+
+// Health is the probes' and status role: /v1/status, /readyz, /livez.
+type Health interface {
 	Status(ctx context.Context) wire.Status
 	// Readiness is /readyz: ok only when the node serves clients.
 	Readiness() wire.Health
 	// Liveness is /livez: not ok only when the process should be restarted
 	// (it is wedged), never because it is merely not ready.
 	Liveness() wire.Health
+}
+
+// Admin is the admin role: /v1/cluster/... (the admin token).
+type Admin interface {
 	Members(ctx context.Context) (wire.Members, error)
 	TransferLeadership(ctx context.Context, to string) error
 	RemoveMember(ctx context.Context, id string) error

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"time"
 
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/clockhealth"
@@ -47,10 +46,9 @@ type Host interface {
 	BindWait(ctx context.Context) (context.Context, context.CancelFunc)
 }
 
-// Tickets are the ticket operations of SPEC §4.1 and §4.2.
+// Tickets are the ticket operations of SPEC §4.1 and §4.2: the API's
+// ticket role with its blocking read.
 type Tickets interface {
-	Write(ctx context.Context, w api.Write) (api.Written, error)
-	Get(ctx context.Context, name string) (ticket.Ticket, bool, error)
-	Watch(ctx context.Context, name string, index uint64, wait time.Duration) (ticket.Ticket, bool, uint64, error)
-	List(ctx context.Context, prefix string, limit int) ([]ticket.Ticket, bool, error)
+	api.Tickets
+	api.Watcher
 }

@@ -49,7 +49,7 @@ func TestRaftOverStreamLayer(t *testing.T) {
 	for _, id := range ids {
 		m := start(t, testConfig(t, id, trust))
 		meshes = append(meshes, m)
-		// Addresses that name their server, as node/cluster.go's
+		// Addresses that name their server, as node/cluster/node.go's
 		// ServerAddressProvider returns them.
 		servers = append(servers, raft.Server{ID: raft.ServerID(id), Address: RaftAddress(raft.ServerID(id), m.Addr())})
 	}
