@@ -159,7 +159,7 @@ func (h clusterHost) ClockSample() (uint64, int64) {
 	return st.BoundMs, at
 }
 
-func (h clusterHost) Local() cluster.Tickets { return localOps{h.n} }
+func (h clusterHost) Local() cluster.Tickets { return localOps{s: h.n} }
 
 func (h clusterHost) ReserveWait(watch bool, caller string) (func(), error) {
 	return h.n.waits.reserve(watch, caller)
@@ -171,20 +171,20 @@ func (h clusterHost) BindWait(ctx context.Context) (context.Context, context.Can
 
 // localOps are this node's own ticket operations, as the leader: what a
 // forwarded request runs.
-type localOps struct{ n *server }
+type localOps struct{ s *server }
 
 func (l localOps) Write(ctx context.Context, w api.Write) (api.Written, error) {
-	return l.n.writeLocal(ctx, w)
+	return l.s.writeLocal(ctx, w)
 }
 
 func (l localOps) Get(ctx context.Context, name string) (ticket.Ticket, bool, error) {
-	return l.n.getLocal(ctx, name)
+	return l.s.getLocal(ctx, name)
 }
 
 func (l localOps) Watch(ctx context.Context, name string, index uint64, wait time.Duration) (ticket.Ticket, bool, uint64, error) {
-	return l.n.watchLocal(ctx, name, index, wait)
+	return l.s.watchLocal(ctx, name, index, wait)
 }
 
 func (l localOps) List(ctx context.Context, prefix string, limit int) ([]ticket.Ticket, bool, error) {
-	return l.n.listLocal(ctx, prefix, limit)
+	return l.s.listLocal(ctx, prefix, limit)
 }

@@ -34,12 +34,3 @@ func (n *server) settleProposals() {
 			"applied", f.Applied, "replaced", f.Replaced, "unknown", f.Unknown)
 	}
 }
-
-// endsAtShutdown makes f's Error return at the latest once Raft's shutdown
-// has ended (consensus.Raft.EndsAtShutdown), for a goroutine that waits on
-// a Raft future itself (the reconciler): the node's stop waits for it.
-func (n *server) endsAtShutdown(f raft.Future) {
-	if c := n.cons.Load(); c != nil {
-		c.EndsAtShutdown(f)
-	}
-}
