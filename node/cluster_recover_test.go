@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/tckclk/tckclk/internal/config"
 	"github.com/tckclk/tckclk/node/api/client"
+	"github.com/tckclk/tckclk/node/clockhealth"
 	"github.com/tckclk/tckclk/node/clockhealth/clockhealthtest"
 	"github.com/tckclk/tckclk/node/consensus"
 	"github.com/tckclk/tckclk/node/datadir"
@@ -71,27 +72,19 @@ func TestClusterWholeClusterRecovery(t *testing.T) {
 	var dirs []string
 	for _, name := range tc.names {
 		cm := tc.nodes[name]
-		for deadline := time.Now().Add(20 * time.Second); ; {
-			r, ce := cm.n.raft(), cm.n.clockErr()
-			if ce != nil && r != nil && r.State() == raft.Shutdown {
-				break
-			}
-			if time.Now().After(deadline) {
-				state := "no raft"
-				if r != nil {
-					state = r.State().String()
-				}
-				t.Fatalf("%s not FAILED with Raft shut down after 20 s: clock %v, raft %s", name, ce, state)
-			}
-			time.Sleep(2 * time.Millisecond) // poll interval of a condition with a deadline
+		// Each exits by itself with its clock error once its Raft is shut
+		// down (hashicorp/raft's State may still say Follower then:
+		// raftShutDown).
+		var clockErr *clockhealth.Error
+		if err := waitExit(t, cm.tn, 20*time.Second); !errors.As(err, &clockErr) {
+			t.Fatalf("%s returned %v, want its clock error", name, err)
+		}
+		if r := cm.n.raft(); r == nil || !raftShutDown(r) {
+			t.Fatalf("%s exited without its Raft shut down", name)
 		}
 		dir := cm.an.cfg.Cluster.Raft.DataDir
-		waitFor(t, name+" retired", 10*time.Second, func() bool {
-			_, err := os.Stat(filepath.Join(dir, datadir.RetiredFile))
-			return err == nil
-		})
-		if err := cm.tn.stop(); err == nil {
-			t.Fatalf("%s stopped without its clock error", name)
+		if _, err := os.Stat(filepath.Join(dir, datadir.RetiredFile)); err != nil {
+			t.Fatalf("%s retired marker: %v", name, err)
 		}
 		dirs = append(dirs, dir)
 	}

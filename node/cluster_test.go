@@ -52,7 +52,7 @@ type testCluster struct {
 	window time.Duration
 	// slow: Raft and gossip timeouts four times longer, so that 7 or 10
 	// nodes on two shared cores keep a leader. Under -race every cluster
-	// is slow unless production is set (scaled).
+	// runs with longer timeouts unless production is set (scaled).
 	slow bool
 	// production keeps the production Raft and gossip timing under -race
 	// too: for the tests that measure it (a timing assertion, a failover
@@ -110,7 +110,14 @@ func (tc *testCluster) startWith(name, join string, expect int, edit func(*Confi
 		c.Cluster.Raft.BootstrapExpect = expect
 		c.Cluster.Raft.ReconcileDebounce = 100 * time.Millisecond
 		if tc.scaled() {
-			c.Cluster.Raft.CrashDetectMs = slowScale * cluster.DefaultCrashDetectMs // the slow timings' scale
+			if rt := tc.raftTiming(); rt != nil && tc.timing == nil { // in the heartbeat timeout's scale
+				c.Cluster.Raft.CrashDetectMs = uint64(cluster.DefaultCrashDetectMs * rt.Heartbeat / consensus.ClusterTiming().Heartbeat)
+			}
+			// The agent answers from this process: a starved one left
+			// every exchange of a burst past the 500 ms default (a tenth
+			// node FAILED its clock_check, reason timeout). The widest
+			// probe timeout the interval allows; rtt is virtual time.
+			c.Clock.ProbeTimeoutMs = c.Clock.ProbeIntervalMs
 		}
 		if tc.edit != nil {
 			tc.edit(c)
@@ -182,7 +189,24 @@ func (tc *testCluster) startWith(name, join string, expect int, edit func(*Confi
 		t.Fatalf("%s: gossip did not start", name)
 	}
 	tc.nodes[name] = cm
+	// Registered after the node's own stop, so it runs first: the last
+	// one registered stops every node of the cluster at once (a cluster
+	// node's graceful stop hands off and drains for about half a second;
+	// one after another they took two of a three-node test's six seconds).
+	t.Cleanup(tc.stopAll)
 	return cm
+}
+
+// stopAll stops every node of tc at once and waits for them (a node
+// stopped already is left as it is).
+func (tc *testCluster) stopAll() {
+	var wg sync.WaitGroup
+	for _, cm := range tc.nodes {
+		if cm != nil && cm.tn != nil { // a test may leave a name's slot empty
+			wg.Go(func() { _ = cm.tn.stop() })
+		}
+	}
+	wg.Wait()
 }
 
 // gossipTransport gives name's gossip a memberlist transport on an
@@ -204,27 +228,34 @@ func (tc *testCluster) gossipTransport(name string, c *membership.Config, gl *gu
 	c.AdvertiseAddr, c.AdvertisePort = "127.0.0.1", port
 }
 
-// raftTiming is the nodes' Raft timeouts (nil: the production ones).
+// raftTiming is the nodes' Raft timeouts (nil: the production ones). A
+// slow cluster's are four times longer. Under -race the leader lease is
+// four times longer (the production 250 ms lease is what stepped leaders
+// down mid-test, at load 15–33) and the heartbeat and election timeouts
+// twice (the lease may not exceed the heartbeat timeout): a follower
+// stands after 1–2 s of silence, and a new cluster's first election, which
+// waits as long, costs 1–2 s of every formation rather than 2–4 s.
 func (tc *testCluster) raftTiming() *consensus.Timing {
 	if tc.timing != nil {
 		return tc.timing
 	}
-	if !tc.scaled() {
+	t := consensus.ClusterTiming()
+	switch {
+	case tc.slow:
+		t.Heartbeat, t.Election, t.LeaderLease = 4*t.Heartbeat, 4*t.Election, 4*t.LeaderLease
+	case tc.scaled():
+		t.Heartbeat, t.Election, t.LeaderLease = 2*t.Heartbeat, 2*t.Election, 4*t.LeaderLease
+	default:
 		return nil
 	}
-	t := consensus.ClusterTiming()
-	t.Heartbeat, t.Election, t.LeaderLease = slowScale*t.Heartbeat, slowScale*t.Election, slowScale*t.LeaderLease
 	return &t
 }
 
-// slowScale is how many times longer a slow cluster's Raft timeouts are.
-const slowScale = 4
-
-// scaled: the nodes run with the slow timing — asked for, or under -race
-// (the race detector slows the nodes five to ten times, and two shared
-// cores at load 15–30 stall a goroutine past the production 250 ms leader
-// lease often enough that leaders stepped down mid-test) unless the test
-// keeps the production timing.
+// scaled: the nodes run with longer timeouts (raftTiming, slower gossip
+// probes, crash_detect_ms in proportion to the heartbeat timeout, a
+// longer clock probe timeout) — asked for (slow), or under -race (the
+// race detector slows the nodes five to ten times, on two shared cores)
+// unless the test keeps the production timing.
 func (tc *testCluster) scaled() bool {
 	return tc.slow || raceEnabled && !tc.production
 }

@@ -138,16 +138,17 @@ func TestCrashFailoverPartitionWaitsHeartbeat(t *testing.T) {
 }
 
 // SPEC §5 "Crash failover": sessions that break while the leader lives
-// do not move leadership (at worst once, on a starved machine): ten
-// rounds of resets of every session of the leader, each followed by a
-// forwarded grant; then one follower cut off from the leader (a one-way
-// cut and a reset: it can reach no one but the other follower, which
-// still follows the leader and refuses its pre-vote) for a heartbeat
-// timeout and more. Default timing.
+// do not move leadership (at worst once, on a starved machine: one
+// election won): ten rounds of resets of every session of the leader,
+// each followed by a forwarded grant; then one follower cut off from the
+// leader (a one-way cut and a reset: it can reach no one but the other
+// follower, which still follows the leader and refuses its pre-vote) for
+// a heartbeat timeout and more. Production timing, under -race too.
 func TestCrashFailoverLiveLeaderUndisturbed(t *testing.T) {
 	var meshNet, gossipNet *faultnet.Net
 	tc, leader := formThree(t, faulty(&meshNet, &gossipNet), func(tc *testCluster) { tc.production = true })
 	term0 := tc.nodes[leader].n.raft().CurrentTerm()
+	won := electionsWon(t, tc)
 	for i := range 10 {
 		for _, cm := range tc.others(leader) {
 			meshNet.Reset(leader, cm.n.cfg.Cluster.Name)
@@ -195,8 +196,35 @@ func TestCrashFailoverLiveLeaderUndisturbed(t *testing.T) {
 	})
 	now := tc.leader()
 	term := tc.nodes[now].n.raft().CurrentTerm()
-	t.Logf("leader %s term %d → leader %s term %d", leader, term0, now, term)
-	if term > term0+1 {
-		t.Fatalf("the term went from %d to %d: sessions breaking under a live leader moved leadership more than once", term0, term)
+	t.Logf("leader %s term %d → leader %s term %d, %d elections won", leader, term0, now, term, won())
+	// Counted in elections won, not terms: one move of leadership may
+	// take more than one term (both followers stand on the same reset,
+	// one candidate's election runs out; seen at load 7 under -race).
+	if n := won(); n > 1 {
+		t.Fatalf("%d elections won (term %d → %d): sessions breaking under a live leader moved leadership more than once", n, term0, term)
+	}
+}
+
+// electionsWon counts, from now on, the elections won in tc: every node's
+// Raft reports its moves to the leader state to an observer.
+func electionsWon(t *testing.T, tc *testCluster) func() uint64 {
+	t.Helper()
+	var obs []*raft.Observer
+	for _, name := range tc.names {
+		r := tc.nodes[name].n.raft()
+		o := raft.NewObserver(make(chan raft.Observation, 64), false, func(o *raft.Observation) bool {
+			s, ok := o.Data.(raft.RaftState)
+			return ok && s == raft.Leader
+		})
+		r.RegisterObserver(o)
+		t.Cleanup(func() { r.DeregisterObserver(o) })
+		obs = append(obs, o)
+	}
+	return func() uint64 {
+		var n uint64
+		for _, o := range obs {
+			n += o.GetNumObserved() + o.GetNumDropped()
+		}
+		return n
 	}
 }
