@@ -202,7 +202,7 @@ func clockFailoverTrial(ctx context.Context, e *env, trial int) (took, detect ti
 		return 0, 0, "", err
 	}
 	defer p.close()
-	if err := p.try(ctx, 0); err != nil {
+	if _, err := p.try(ctx, 0); err != nil {
 		return 0, 0, "", fmt.Errorf("probe before the switch: %w", err)
 	}
 	switched := time.Now()

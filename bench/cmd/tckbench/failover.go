@@ -125,9 +125,10 @@ func allVoters(ctx context.Context, s *server, l int) error {
 	return nil
 }
 
-// prober does one lock cycle through the nodes in addrs.
+// prober does one lock cycle through the nodes in addrs; it returns
+// when the lock was acquired and released, with the time it was acquired.
 type prober interface {
-	try(ctx context.Context, n int) error
+	try(ctx context.Context, n int) (time.Time, error)
 	close()
 }
 
@@ -150,15 +151,16 @@ func newTicketdProber(addrs []string) (*ticketdProber, error) {
 
 // try grants probe ticket n through node n mod the survivors (a
 // follower forwards to the leader) and releases it.
-func (p *ticketdProber) try(ctx context.Context, n int) error {
+func (p *ticketdProber) try(ctx context.Context, n int) (time.Time, error) {
 	c := p.cs[n%len(p.cs)]
 	name := fmt.Sprintf("failover-probe-%d", n)
 	l, err := c.Grant(ctx, name, "prober", 5)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
+	granted := time.Now()
 	_, _ = c.Release(context.WithoutCancel(ctx), name, "prober", l.Token)
-	return nil
+	return granted, nil
 }
 
 func (p *ticketdProber) close() { p.tr.CloseIdleConnections() }
@@ -182,13 +184,14 @@ func newEtcdProber(ctx context.Context, addrs []string) (*etcdProber, error) {
 }
 
 // try locks and unlocks probe mutex n with the session opened before the kill.
-func (p *etcdProber) try(ctx context.Context, n int) error {
+func (p *etcdProber) try(ctx context.Context, n int) (time.Time, error) {
 	m := concurrency.NewMutex(p.s, fmt.Sprintf("/bench/failover-probe-%d", n))
 	if err := m.TryLock(ctx); err != nil {
-		return err
+		return time.Time{}, err
 	}
+	locked := time.Now()
 	_ = m.Unlock(context.WithoutCancel(ctx))
-	return nil
+	return locked, nil
 }
 
 func (p *etcdProber) close() { p.s.Close(); p.cli.Close() }
@@ -208,9 +211,9 @@ func firstSuccess(ctx context.Context, p prober, killed time.Time) (time.Duratio
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	type win struct {
-		d     time.Duration
-		n     int
-		start time.Time
+		d              time.Duration
+		n              int
+		start, granted time.Time
 	}
 	won := make(chan win, 1)
 	var wg sync.WaitGroup
@@ -233,7 +236,8 @@ func firstSuccess(ctx context.Context, p prober, killed time.Time) (time.Duratio
 			start := time.Now()
 			actx, acancel := context.WithTimeout(ctx, probeTimeout)
 			defer acancel()
-			if err := p.try(actx, n); err != nil {
+			granted, err := p.try(actx, n)
+			if err != nil {
 				mu.Lock()
 				if ctx.Err() == nil { // not one cut short by the first success
 					lastErr = err
@@ -243,14 +247,14 @@ func firstSuccess(ctx context.Context, p prober, killed time.Time) (time.Duratio
 				return
 			}
 			select {
-			case won <- win{time.Since(killed), n, start}:
+			case won <- win{time.Since(killed), n, start, granted}:
 			default:
 			}
 		}()
 		select {
 		case w := <-won:
 			ps := stats(n)
-			ps.Winner, ps.WinnerAt = w.n, w.start.Sub(killed)
+			ps.Winner, ps.WinnerAt, ps.GrantedAt = w.n, w.start.Sub(killed), w.granted.Sub(killed)
 			return w.d, ps, nil
 		case <-ctx.Done():
 			mu.Lock()
@@ -403,7 +407,7 @@ func freshFailover(ctx context.Context, e *env, o options, t foTarget, trial int
 		return 0, nil, err
 	}
 	defer p.close()
-	if err := p.try(ctx, 0); err != nil {
+	if _, err := p.try(ctx, 0); err != nil {
 		return 0, nil, fmt.Errorf("probe before the failure: %w", err)
 	}
 	failed := time.Now()

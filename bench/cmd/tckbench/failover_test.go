@@ -84,12 +84,12 @@ time=2026-12-02T15:28:13.232Z level=INFO msg="leader ready" term=3 applied_index
 		}
 		procs = append(procs, p)
 	}
-	ps := probeStats{Started: 120, Winner: 118, WinnerAt: 1180 * time.Millisecond, Via: "node-1", Errors: map[string]int{"no leader": 3}}
+	ps := probeStats{Started: 120, Winner: 118, WinnerAt: 1180 * time.Millisecond, GrantedAt: 1240 * time.Millisecond, Via: "node-1", Errors: map[string]int{"no leader": 3}}
 	tl := trialTimeline(1, procs, 1, at, 1265*time.Millisecond, ps)
 	want := "trial 1 (node-2 failed, 1.265s): +1 node-3 mesh session to the leader ended (peer_gone=false); +2 node-1 mesh session to the leader ended (peer_gone=true);" +
 		" +141 node-1 timeouts shortened (silent 150 ms); +144 node-1 heartbeat timeout; +144 node-1 candidate (term 3);" +
 		" +150 node-1 pre-vote lost (2 refused); +150 node-3 refused a pre-vote: still follows the old leader;" +
-		" +1177 node-3 elected (term 3); +1190 node-3 leader ready; probe 118 of 120 (started +1180 via node-1) succeeded first; 3 failed: no leader"
+		" +1177 node-3 elected (term 3); +1190 node-3 leader ready; probe 118 of 120 (started +1180 via node-1, granted +1240) succeeded first; 3 failed: no leader"
 	if got := tl.line(); got != want {
 		t.Errorf("timeline\n got %s\nwant %s", got, want)
 	}

@@ -30,11 +30,14 @@ type foEvent struct {
 
 // probeStats are a trial's probes (firstSuccess).
 type probeStats struct {
-	Started  int            `json:"started"`
-	Winner   int            `json:"winner,omitempty"`            // the first probe to succeed (0: none)
-	WinnerAt time.Duration  `json:"winner_started_ns,omitempty"` // when it started, since the failure
-	Via      string         `json:"via,omitempty"`               // the survivor it went through
-	Errors   map[string]int `json:"errors,omitempty"`            // probes that failed before it, by error
+	Started  int           `json:"started"`
+	Winner   int           `json:"winner,omitempty"`            // the first probe to succeed (0: none)
+	WinnerAt time.Duration `json:"winner_started_ns,omitempty"` // when it started, since the failure
+	// GrantedAt is when its lock was acquired, since the failure (the
+	// trial's figure is when it was released: a whole lock cycle).
+	GrantedAt time.Duration  `json:"winner_granted_ns,omitempty"`
+	Via       string         `json:"via,omitempty"`    // the survivor it went through
+	Errors    map[string]int `json:"errors,omitempty"` // probes that failed before it, by error
 }
 
 // foTimeline is one trial as the bench and the survivors saw it.
@@ -170,7 +173,7 @@ func (t foTimeline) line() string {
 	}
 	p := t.Probe
 	if p.Winner > 0 {
-		fmt.Fprintf(&b, " probe %d of %d (started +%d via %s) succeeded first", p.Winner, p.Started, p.WinnerAt.Milliseconds(), p.Via)
+		fmt.Fprintf(&b, " probe %d of %d (started +%d via %s, granted +%d) succeeded first", p.Winner, p.Started, p.WinnerAt.Milliseconds(), p.Via, p.GrantedAt.Milliseconds())
 	} else {
 		fmt.Fprintf(&b, " none of %d probes succeeded", p.Started)
 	}
