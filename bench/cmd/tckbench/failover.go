@@ -137,10 +137,14 @@ type ticketdProber struct {
 	tr *http.Transport
 }
 
+// newTicketdProber's clients try once (WithFailover(0)): a probe is one
+// request, its failure is recorded (probeStats.Errors) and the next probe
+// 10 ms later is the retry, not the client's back-off, so no probe sits
+// out the new leader's first moments in a back-off sleep unseen.
 func newTicketdProber(addrs []string) (*ticketdProber, error) {
 	p := &ticketdProber{tr: &http.Transport{}}
 	for _, a := range addrs {
-		c, err := client.New(a, client.WithHTTPClient(&http.Client{Transport: p.tr}))
+		c, err := client.New(a, client.WithHTTPClient(&http.Client{Transport: p.tr}), client.WithFailover(0))
 		if err != nil {
 			return nil, err
 		}
@@ -223,7 +227,7 @@ func firstSuccess(ctx context.Context, p prober, killed time.Time) (time.Duratio
 	defer tick.Stop()
 	var mu sync.Mutex
 	var lastErr error
-	errs := map[string]int{}
+	errs := map[string]probeErr{}
 	stats := func(n int) probeStats {
 		mu.Lock()
 		defer mu.Unlock()
@@ -241,7 +245,10 @@ func firstSuccess(ctx context.Context, p prober, killed time.Time) (time.Duratio
 				mu.Lock()
 				if ctx.Err() == nil { // not one cut short by the first success
 					lastErr = err
-					errs[briefProbeErr(err)]++
+					k := briefProbeErr(err)
+					pe := errs[k]
+					pe.N, pe.Last = pe.N+1, time.Since(killed)
+					errs[k] = pe
 				}
 				mu.Unlock()
 				return

@@ -65,7 +65,7 @@ func TestTrialTimeline(t *testing.T) {
 		"node-1": `time=2026-12-02T15:28:12.041Z level=INFO msg="mesh: session closed" component=mesh mesh_node=node-1 peer_id=node-2 session=1 peer_gone=true
 time=2026-12-02T15:28:12.044Z level=INFO msg="mesh: session closed" component=mesh mesh_node=node-1 peer_id=node-2 session=2 peer_gone=true
 time=2026-12-02T15:28:12.044Z level=INFO msg="mesh: session closed" component=mesh mesh_node=node-1 peer_id=node-3 session=3 peer_gone=true
-time=2026-12-02T15:28:12.183Z level=INFO msg="crash failover: the mesh session to the leader ended and it stayed silent: heartbeat timeout shortened to raft.crash_detect_ms" component=cluster leader=node-2 silent_ms=150 crash_detect_ms=100
+time=2026-12-02T15:28:12.183Z level=INFO msg="crash failover: the mesh session to the leader ended and it stayed silent: heartbeat timeout shortened to raft.crash_detect_ms" component=cluster leader=node-2 silent_ms=150 crash_detect_ms=100 rank=0 turn=first
 time=2026-12-02T15:28:12.186Z level=WARN msg="heartbeat timeout reached, starting election: last-leader-addr=127.0.0.1:7951 last-leader-id=node-2" component=raft
 time=2026-12-02T15:28:12.186Z level=INFO msg="entering candidate state: node=\"Node at 127.0.0.1:7950 [Candidate]\" term=3" component=raft
 time=2026-12-02T15:28:12.186Z level=ERROR msg="failed to make requestVote RPC: target=\"{Voter node-2 127.0.0.1:7951}\" error=\"refused\" term=3" component=raft
@@ -84,12 +84,12 @@ time=2026-12-02T15:28:13.232Z level=INFO msg="leader ready" term=3 applied_index
 		}
 		procs = append(procs, p)
 	}
-	ps := probeStats{Started: 120, Winner: 118, WinnerAt: 1180 * time.Millisecond, GrantedAt: 1240 * time.Millisecond, Via: "node-1", Errors: map[string]int{"no leader": 3}}
+	ps := probeStats{Started: 120, Winner: 118, WinnerAt: 1180 * time.Millisecond, GrantedAt: 1240 * time.Millisecond, Via: "node-1", Errors: map[string]probeErr{"no leader": {3, 1150 * time.Millisecond}}}
 	tl := trialTimeline(1, procs, 1, at, 1265*time.Millisecond, ps)
 	want := "trial 1 (node-2 failed, 1.265s): +1 node-3 mesh session to the leader ended (peer_gone=false); +2 node-1 mesh session to the leader ended (peer_gone=true);" +
-		" +141 node-1 timeouts shortened (silent 150 ms); +144 node-1 heartbeat timeout; +144 node-1 candidate (term 3);" +
+		" +141 node-1 timeouts shortened (silent 150 ms, rank 0, turn first); +144 node-1 heartbeat timeout; +144 node-1 candidate (term 3);" +
 		" +150 node-1 pre-vote lost (2 refused); +150 node-3 refused a pre-vote: still follows the old leader;" +
-		" +1177 node-3 elected (term 3); +1190 node-3 leader ready; probe 118 of 120 (started +1180 via node-1, granted +1240) succeeded first; 3 failed: no leader"
+		" +1177 node-3 elected (term 3); +1190 node-3 leader ready; probe 118 of 120 (started +1180 via node-1, granted +1240) succeeded first; 3 failed (the last +1150): no leader"
 	if got := tl.line(); got != want {
 		t.Errorf("timeline\n got %s\nwant %s", got, want)
 	}

@@ -35,9 +35,16 @@ type probeStats struct {
 	WinnerAt time.Duration `json:"winner_started_ns,omitempty"` // when it started, since the failure
 	// GrantedAt is when its lock was acquired, since the failure (the
 	// trial's figure is when it was released: a whole lock cycle).
-	GrantedAt time.Duration  `json:"winner_granted_ns,omitempty"`
-	Via       string         `json:"via,omitempty"`    // the survivor it went through
-	Errors    map[string]int `json:"errors,omitempty"` // probes that failed before it, by error
+	GrantedAt time.Duration       `json:"winner_granted_ns,omitempty"`
+	Via       string              `json:"via,omitempty"`    // the survivor it went through
+	Errors    map[string]probeErr `json:"errors,omitempty"` // probes that failed before it, by error
+}
+
+// probeErr counts the probes that failed with one error, and when the
+// last of them failed, since the failure.
+type probeErr struct {
+	N    int           `json:"n"`
+	Last time.Duration `json:"last_ns"`
 }
 
 // foTimeline is one trial as the bench and the survivors saw it.
@@ -50,32 +57,34 @@ type foTimeline struct {
 }
 
 // foLine maps a log message (its start) to an event's text; the
-// numbers it names are taken from the line by the patterns.
+// numbers it names are taken from the line by the patterns, and the
+// extra fields the line has are added.
 type foLine struct {
 	prefix, what string
+	extra        []string
 }
 
 var foLines = []foLine{
-	{"crash failover: the mesh session to the leader ended", "timeouts shortened (silent %silent_ms ms)"},
-	{"crash failover: a leader is known again", "timeouts restored"},
-	{"heartbeat timeout reached, starting election", "heartbeat timeout"},
-	{"Election timeout reached", "election timeout"},
-	{"entering candidate state", "candidate (term %term)"},
-	{"pre-vote successful", "pre-vote won (%refused refused)"},
-	{"pre-vote campaign failed", "pre-vote lost (%refused refused)"},
-	{"rejecting pre-vote request since we have a leader", "refused a pre-vote: still follows the old leader"},
-	{"rejecting pre-vote request", "refused a pre-vote"},
-	{"rejecting vote request", "refused a vote"},
-	{"failed to persist vote", "failed to persist a vote"},
-	{"election won", "elected (term %term)"},
-	{"entering follower state", "follower"},
-	{"leader ready", "leader ready"},
+	{"crash failover: the mesh session to the leader ended", "timeouts shortened (silent %silent_ms ms", []string{"rank", "turn"}},
+	{"crash failover: a leader is known again", "timeouts restored", nil},
+	{"heartbeat timeout reached, starting election", "heartbeat timeout", nil},
+	{"Election timeout reached", "election timeout", nil},
+	{"entering candidate state", "candidate (term %term)", nil},
+	{"pre-vote successful", "pre-vote won (%refused refused)", nil},
+	{"pre-vote campaign failed", "pre-vote lost (%refused refused)", nil},
+	{"rejecting pre-vote request since we have a leader", "refused a pre-vote: still follows the old leader", nil},
+	{"rejecting pre-vote request", "refused a pre-vote", nil},
+	{"rejecting vote request", "refused a vote", nil},
+	{"failed to persist vote", "failed to persist a vote", nil},
+	{"election won", "elected (term %term)", nil},
+	{"entering follower state", "follower", nil},
+	{"leader ready", "leader ready", nil},
 }
 
 var (
 	foTime = regexp.MustCompile(`^time=(\S+)`)
 	foMsg  = regexp.MustCompile(`msg="((?:[^"\\]|\\.)*)"`)
-	foNum  = regexp.MustCompile(`(silent_ms|term|refused)=(\d+)`)
+	foNum  = regexp.MustCompile(`[ "](silent_ms|term|refused|rank|turn)=(\w+)`)
 	// a probe's own name in an error
 	foProbeName = regexp.MustCompile(`failover-probe-\d+`)
 )
@@ -131,6 +140,12 @@ func foEventOf(line, leader string) string {
 		what := l.what
 		for _, n := range foNum.FindAllStringSubmatch(line, -1) {
 			what = strings.Replace(what, "%"+n[1], n[2], 1)
+			if slices.Contains(l.extra, n[1]) {
+				what += ", " + n[1] + " " + n[2]
+			}
+		}
+		if strings.Count(what, "(") > strings.Count(what, ")") {
+			what += ")"
 		}
 		return what
 	}
@@ -178,7 +193,7 @@ func (t foTimeline) line() string {
 		fmt.Fprintf(&b, " none of %d probes succeeded", p.Started)
 	}
 	for _, k := range slices.Sorted(maps.Keys(p.Errors)) {
-		fmt.Fprintf(&b, "; %d failed: %s", p.Errors[k], k)
+		fmt.Fprintf(&b, "; %d failed (the last +%d): %s", p.Errors[k].N, p.Errors[k].Last.Milliseconds(), k)
 	}
 	return b.String()
 }
