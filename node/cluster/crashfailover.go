@@ -3,7 +3,7 @@ package cluster
 import (
 	"context"
 	"log/slog"
-	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -17,8 +17,8 @@ import (
 // the crash (mesh.Config.SessionEnded). A follower whose session to the
 // leader it follows ended that way watches the leader's silence for one
 // heartbeat timeout: as soon as no contact has come for
-// raft.crash_detect_ms plus a stagger, it shortens Raft's heartbeat
-// timeout to crash_detect_ms (and its election timeout to twice that,
+// raft.crash_detect_ms and its turn has come (below), it shortens Raft's
+// heartbeat timeout to crash_detect_ms (and its election timeout to twice that,
 // shortElection), which wakes Raft's follower loop:
 // it finds the leader silent past the new timeout and stands for election
 // at once instead of after the heartbeat timeout. Once a leader is known
@@ -33,10 +33,29 @@ import (
 // the leader can a real election follow. A partition or a lost machine ends no session
 // (no EOF, no reset): it still waits the heartbeat timeout.
 //
-// The stagger (uniform in [0, crash_detect/2)) spreads the followers'
-// elections: a candidate's pre-vote is refused by a follower that still
-// has the leader, and two candidates at the same instant would split the
-// vote. The election timeout is shortened too, so a candidate refused by a
+// The turns. A candidate's pre-vote is refused by a voter that still
+// follows the leader, so a pre-vote is won only once a quorum but the
+// candidate has stood already (a candidate knows no leader); and two
+// survivors that stand within the time a pre-vote takes to arrive both
+// win theirs and split the real vote, then both wait an election timeout
+// and, on a loaded machine whose fsync stalls hold both alike, often
+// split again (a random stagger of up to crash_detect_ms/2 split 3 of 20
+// bench kill -9 trials at load 6, one three times over: 1.3 s). So the
+// survivors (the voters but the leader, ranked by NodeId) take turns
+// (turnAt): the first stands as soon as the leader has been silent for
+// crash_detect_ms; the one whose candidacy completes a quorum (of three
+// voters, the second) stands as soon as every survivor ranked before it
+// has asked it for a pre-vote for a later term since its session ended
+// (they stood, and this node refused them: they lost their pre-votes and
+// wait an election timeout, nobody else asks) and the leader has been
+// silent for crash_detect_ms here too; every other one, or that one when
+// the requests do not come, at crash_detect_ms plus its rank times
+// crash_detect_ms/2 after its session ended. A turn only ever comes on
+// top of the conditions above (its own session to the leader ended from
+// the leader's side, the leader silent for crash_detect_ms): the
+// argument for a live leader is unchanged.
+//
+// The election timeout is shortened too, so a candidate refused by a
 // follower that still had the leader, or a split, tries again within
 // twice crash_detect_ms instead of the election timeout; not to
 // crash_detect_ms itself: a vote is written to disk by both ends before
@@ -56,14 +75,19 @@ type crashWatch struct {
 	outcome *prometheus.CounterVec
 
 	normal consensus.Timing // the timeouts to restore (timing)
-	jitter func(time.Duration) time.Duration
+	self   string           // this node's NodeId
 }
 
 // crashState is the watch's state between events.
 type crashState struct {
-	gone    string    // the leader whose session ended ("": none watched)
-	endAt   time.Time // when it ended
-	stagger time.Duration
+	gone  string    // the leader whose session ended ("": none watched)
+	endAt time.Time // when it ended
+	// This node's turn: its rank among the voters but gone (by NodeId),
+	// those ranked before it, and how many pre-votes of others a
+	// candidate needs (a quorum of the voters but itself).
+	rank    int
+	before  []string
+	need    int
 	short   bool // the timeouts are shortened
 	shortAt time.Time
 }
@@ -74,11 +98,19 @@ type crashView struct {
 	leader      string
 	lastContact time.Time
 	now         time.Time
+	term        uint64
+	voters      []string           // the configuration's voters (ended)
+	asked       map[string]preVote // each peer's last request for this node's pre-vote
 }
 
-func newCrashWatch(detectMs uint64, log *slog.Logger, reg prometheus.Registerer) *crashWatch {
-	w := &crashWatch{detect: time.Duration(detectMs) * time.Millisecond, log: log, ends: make(chan string, 16),
-		jitter: func(d time.Duration) time.Duration { return rand.N(d) }}
+// preVote is a pre-vote request as the watch saw it: when, for which term.
+type preVote struct {
+	at   time.Time
+	term uint64
+}
+
+func newCrashWatch(detectMs uint64, self string, log *slog.Logger, reg prometheus.Registerer) *crashWatch {
+	w := &crashWatch{detect: time.Duration(detectMs) * time.Millisecond, log: log, ends: make(chan string, 16), self: self}
 	w.outcome = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "raft_crash_detect_total",
 		Help: "Mesh sessions to the followed leader that ended from its side, by outcome: shortened (the leader stayed silent for raft.crash_detect_ms: the election started early), leader_alive (it was heard from for a heartbeat timeout), moved_on (Raft changed leader or state first)."},
 		[]string{"outcome"})
@@ -125,7 +157,30 @@ func (w *crashWatch) ended(s *crashState, peer string, v crashView) {
 	if s.gone != "" || s.short || v.state != raft.Follower || v.leader != peer {
 		return
 	}
-	s.gone, s.endAt, s.stagger = peer, v.now, w.jitter(w.detect/2)
+	survivors := slices.DeleteFunc(slices.Sorted(slices.Values(v.voters)), func(id string) bool { return id == peer })
+	rank := slices.Index(survivors, w.self)
+	if rank < 0 {
+		rank = len(survivors) // not a voter: it does not stand
+	}
+	*s = crashState{gone: peer, endAt: v.now, rank: rank, before: survivors[:rank], need: len(v.voters) / 2}
+}
+
+// turnAt is when this node's turn to stand comes (see crashWatch): at
+// once for the first survivor and for the one completing a quorum once
+// those before it asked for their pre-votes (since this failure: after
+// its session ended, for a term beyond this node's), else
+// crash_detect_ms plus its rank times crash_detect_ms/2 after the end.
+func (w *crashWatch) turnAt(s *crashState, v crashView) time.Time {
+	if s.rank == 0 {
+		return time.Time{}
+	}
+	if s.rank == s.need && !slices.ContainsFunc(s.before, func(id string) bool {
+		pv, ok := v.asked[id]
+		return !ok || pv.at.Before(s.endAt) || pv.term <= v.term
+	}) {
+		return time.Time{}
+	}
+	return s.endAt.Add(w.detect + time.Duration(s.rank)*w.detect/2)
 }
 
 // decide moves s on to v and returns the timeouts Raft should have now
@@ -143,7 +198,8 @@ func (w *crashWatch) decide(s *crashState, v crashView) (heartbeat, election tim
 		*s = crashState{}
 	}
 	if s.gone != "" {
-		due := v.lastContact.Add(w.detect + s.stagger)
+		turn := w.turnAt(s, v)
+		due := maxTime(v.lastContact.Add(w.detect), turn)
 		switch end := s.endAt.Add(w.normal.Heartbeat); {
 		case v.state != raft.Follower || v.leader != s.gone:
 			w.outcome.WithLabelValues("moved_on").Inc()
@@ -151,7 +207,8 @@ func (w *crashWatch) decide(s *crashState, v crashView) (heartbeat, election tim
 		case !v.now.Before(due):
 			w.outcome.WithLabelValues("shortened").Inc()
 			w.log.Info("crash failover: the mesh session to the leader ended and it stayed silent: heartbeat timeout shortened to raft.crash_detect_ms",
-				"leader", s.gone, "silent_ms", v.now.Sub(v.lastContact).Milliseconds(), "crash_detect_ms", w.detect.Milliseconds())
+				"leader", s.gone, "silent_ms", v.now.Sub(v.lastContact).Milliseconds(), "crash_detect_ms", w.detect.Milliseconds(),
+				"rank", s.rank, "turn", turnWhy(s, turn))
 			s.short, s.shortAt = true, v.now
 			return w.detect, w.shortElection(), v.now.Add(w.detect)
 		case !v.now.Before(end):
@@ -162,6 +219,25 @@ func (w *crashWatch) decide(s *crashState, v crashView) (heartbeat, election tim
 		}
 	}
 	return w.normal.Heartbeat, w.normal.Election, time.Time{}
+}
+
+// turnWhy names what made this node's turn come (the log's): first
+// survivor, asked (the pre-votes of those before it) or rank (its time).
+func turnWhy(s *crashState, turn time.Time) string {
+	switch {
+	case s.rank == 0:
+		return "first"
+	case turn.IsZero():
+		return "asked"
+	}
+	return "rank"
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -181,7 +257,7 @@ func (w *crashWatch) run(ctx context.Context, cons *consensus.Raft) {
 	obs := make(chan raft.Observation, 16)
 	o := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
 		switch o.Data.(type) {
-		case raft.RaftState, raft.LeaderObservation:
+		case raft.RaftState, raft.LeaderObservation, raft.RequestPreVoteRequest:
 			return true
 		}
 		return false
@@ -190,9 +266,11 @@ func (w *crashWatch) run(ctx context.Context, cons *consensus.Raft) {
 	defer r.DeregisterObserver(o)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	asked := map[string]preVote{}
 	view := func() crashView {
 		_, id := r.LeaderWithID()
-		return crashView{state: r.State(), leader: string(id), lastContact: r.LastContact(), now: time.Now()}
+		return crashView{state: r.State(), leader: string(id), lastContact: r.LastContact(), now: time.Now(),
+			term: r.CurrentTerm(), asked: asked}
 	}
 	var s crashState
 	for {
@@ -211,8 +289,19 @@ func (w *crashWatch) run(ctx context.Context, cons *consensus.Raft) {
 		case <-ctx.Done():
 			return
 		case peer := <-w.ends:
-			w.ended(&s, peer, view())
-		case <-obs:
+			v := view()
+			if f := r.GetConfiguration(); f.Error() == nil {
+				for _, srv := range f.Configuration().Servers {
+					if srv.Suffrage == raft.Voter {
+						v.voters = append(v.voters, string(srv.ID))
+					}
+				}
+			}
+			w.ended(&s, peer, v)
+		case o := <-obs:
+			if req, ok := o.Data.(raft.RequestPreVoteRequest); ok {
+				asked[string(req.ID)] = preVote{time.Now(), req.Term}
+			}
 		case <-timer.C:
 		}
 	}

@@ -239,7 +239,7 @@ func New(o Options) (*Node, error) {
 	}
 	cl := &Node{host: o.Host, cfg: o.Config, opts: o, log: o.Logger.With("component", "cluster"), key: k.key, trust: k.trust, secret: k.secret, tls: k.tls}
 	cl.fwd.cl = cl
-	cl.crash = newCrashWatch(o.Config.Raft.CrashDetectMs, cl.log, o.Registerer)
+	cl.crash = newCrashWatch(o.Config.Raft.CrashDetectMs, o.Config.Name, cl.log, o.Registerer)
 	cl.initLifecycle()
 	return cl, nil
 }
