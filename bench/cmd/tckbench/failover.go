@@ -285,12 +285,15 @@ func (r failoverResult) summary() (median, maximum time.Duration) {
 
 // foTarget is one row of the failover section: a system and a kind.
 type foTarget struct {
-	system string // ticketd or etcd
+	system string // ticketd, etcd, or baseline (-baseline-repo's ticketd)
 	lost   bool
 }
 
 func (t foTarget) result() failoverResult {
 	r := failoverResult{Target: t.system + " ×3", Kind: kindKill}
+	if t.system == "baseline" {
+		r.Target = "ticketd ×3 baseline"
+	}
 	if t.lost {
 		r.Kind = kindLost
 	}
@@ -316,6 +319,10 @@ func failoverTargets(it itemOptions) []foTarget {
 // ip) records why in its errors and runs no trial.
 func failovers(ctx context.Context, e *env, o options, out io.Writer) []failoverResult {
 	targets := failoverTargets(o.items)
+	if e.baselineBin != "" && slices.Contains(targets, foTarget{"ticketd", false}) {
+		// -baseline-repo: its ticketd's kill -9 beside, before/after in one run.
+		targets = append(targets, foTarget{"baseline", false})
+	}
 	res := make([]failoverResult, len(targets))
 	var lab *netLab
 	var labErr error
@@ -348,7 +355,7 @@ func failovers(ctx context.Context, e *env, o options, out io.Writer) []failover
 			}
 			r.Trials = append(r.Trials, d)
 			fmt.Fprintf(out, "failover %-24s trial %2d: to the first successful lock %v\n", r.label(), trial, d.Round(time.Millisecond))
-			if tl != nil && t.system == "ticketd" {
+			if tl != nil && t.system != "etcd" {
 				fmt.Fprintf(out, "  %s\n", tl.line())
 			}
 		}
@@ -376,6 +383,8 @@ func freshFailover(ctx context.Context, e *env, o options, t foTarget, trial int
 		s, err = e.startEtcdHosts(ctx, prefix, lab.addrs, lab.wrap)
 	case t.system == "etcd":
 		s, err = e.startEtcdHosts(ctx, prefix, []string{"127.0.0.1", "127.0.0.1", "127.0.0.1"}, nil)
+	case t.system == "baseline":
+		s, err = e.startTicketdSpec(ctx, clusterSpec{n: 3, extra: tflags, prefix: prefix + "-", bin: e.baselineBin})
 	case t.lost:
 		s, err = e.startTicketdLab(ctx, prefix+"-", lab, tflags)
 	default:

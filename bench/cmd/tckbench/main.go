@@ -124,7 +124,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.ticketdClient, "ticketd-client", "both", "ticketd's load client: per-request (one HTTP request per op), coalesced (concurrent ops batched, POST /v1/batch) or both (two rows per ticketd, same processes)")
 	coalesce := fs.String("coalesce", strconv.Itoa(load.DefaultCoalesce), "batches in flight of the coalesced ticketd client (comma-separated: one coalesced row per value, to tune it in one run)")
 	fs.StringVar(&o.placement, "placement", "spread", "3 nodes: where the load's clients go: spread (client i's multi-address Go client starts at node i mod 3; etcd's client balances over its endpoints), leader (every client on the leader, found at start) or both (two rows per target, same processes)")
-	fs.StringVar(&o.baselineRepo, "baseline-repo", "", "also build ticketd from this TCKCLK checkout (e.g. a worktree of main) and measure it beside, as \"ticketd ×N baseline\": before/after in one run")
+	fs.StringVar(&o.baselineRepo, "baseline-repo", "", "also build ticketd from this TCKCLK checkout (e.g. a worktree of main) and measure it beside, as \"ticketd ×N baseline\" (the load section's targets and the failover section's ticketd kill -9): before/after in one run")
 	fs.BoolVar(&o.straceAll, "strace-all", false, "with -strace: trace every syscall and count them per cycle (slower still)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
