@@ -14,6 +14,7 @@ import (
 // admin transfer moves leadership to the named voter; remove refuses the
 // leader itself and unknown ids.
 func TestClusterAdmin(t *testing.T) {
+	t.Parallel()
 	tc, leader := formThree(t)
 	ln := tc.nodes[leader].n
 	waitFor(t, "every member alive and healthy in gossip", 10*time.Second, func() bool {
@@ -63,6 +64,7 @@ func TestClusterAdmin(t *testing.T) {
 // another voter before Raft closes: the survivors have a leader, the
 // stopped node returned nil, and what it granted is still there.
 func TestClusterGracefulStopHandsOff(t *testing.T) {
+	t.Parallel()
 	tc, leader := formThree(t)
 	lc := tc.nodes[leader]
 	g, err := lc.tn.c.Grant(bg, "kept", "h", 60)
@@ -93,6 +95,7 @@ func TestClusterGracefulStopHandsOff(t *testing.T) {
 // SPEC §5 "Metrics": a cluster node's /metrics carries the cluster series
 // with exactly the SPEC's names.
 func TestClusterMetricsNames(t *testing.T) {
+	t.Parallel()
 	tc, leader := formThree(t)
 	lc := tc.nodes[leader]
 	want := []string{

@@ -33,6 +33,7 @@ func summary(h *wire.ClusterHealth) string {
 // stopped it is unhealthy with tolerance 0, whichever node answers. The
 // Go client with every address prefers the leader's view.
 func TestClusterHealth(t *testing.T) {
+	t.Parallel()
 	tc, leader := formThree(t)
 	tc.waitReady(tc.names...)
 	var urls []string

@@ -61,6 +61,7 @@ func metricValue(t *testing.T, url, name string) string {
 // is cut off with a batch in flight, every op of it answers 503 (outcome
 // unknown, or not the leader), never a success it cannot know.
 func TestClusterBatch(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, "n1", "n2", "n3")
 	meshNet, _ := withFaults(tc)
 	first := tc.start("n1", "", 3)

@@ -72,7 +72,7 @@ func lie(t *testing.T, cm *clusterMember) {
 	cm.an.agent.SetHandler(func(req protocol.Request) clockhealthtest.Reply {
 		return clockhealthtest.Reply{Bytes: cm.an.agent.Sign(req.Nonce, uint64(cm.an.clk.WallNs()/1e6)+ahead, 3, true, 100)}
 	})
-	if !cm.an.ts.Fire("probe", 5*time.Second) {
+	if !cm.an.ts.Fire("probe", probeFireWait) {
 		t.Fatal("probe ticker not taken")
 	}
 }
@@ -149,6 +149,7 @@ func failLeader(t *testing.T, tc *testCluster, leader string, ticketName string)
 // with the new-NodeId message, and the same NodeId joining again (new
 // data dir) is refused by the reconciler.
 func TestClusterLeaderClockFails(t *testing.T) {
+	t.Parallel()
 	// No replacement comes here: the retired voter goes once
 	// raft.dead_voter_grace has passed (SPEC §5).
 	tc, leader := formThree(t, func(tc *testCluster) {
@@ -238,6 +239,7 @@ func TestClusterLeaderClockFails(t *testing.T) {
 // SPEC §3.4: a follower's clock fails: it shuts Raft down and retires, the
 // leader records it retired and removes it, the cluster keeps granting.
 func TestClusterFollowerClockFails(t *testing.T) {
+	t.Parallel()
 	tc, leader := formThree(t)
 	var follower string
 	for _, n := range tc.names {
@@ -322,6 +324,7 @@ func TestClusterLeaderFailoverGap(t *testing.T) {
 // SPEC §3.4: a leader whose clock fails with no voter advertising a healthy
 // clock (both followers stopped) still retires and shuts Raft down.
 func TestClusterLeaderClockFailsAlone(t *testing.T) {
+	t.Parallel()
 	tc, leader := formThree(t)
 	lc := tc.nodes[leader]
 	for _, cm := range tc.others(leader) {

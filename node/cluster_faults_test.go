@@ -117,6 +117,7 @@ func TestClusterGossipCutVoterKept(t *testing.T) {
 // there after healing with the same token, alice's ticket is never granted
 // to bob, and it is exactly as granted.
 func TestClusterLeaderOneWayCut(t *testing.T) {
+	t.Parallel()
 	var meshNet, gossipNet *faultnet.Net
 	tc, _ := formThree(t, faulty(&meshNet, &gossipNet))
 	old, g, before := tc.grantAlice()
@@ -167,6 +168,7 @@ func TestClusterLeaderOneWayCut(t *testing.T) {
 // → replication → back) take at least two delays each way, so the delay
 // is really on the path.
 func TestClusterDelayedMeshForms(t *testing.T) {
+	t.Parallel()
 	const d = 20 * time.Millisecond
 	tc, leader := formThree(t, func(tc *testCluster) {
 		meshNet, _ := withFaults(tc)

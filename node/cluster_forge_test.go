@@ -25,6 +25,7 @@ import (
 // variant (reconcile rounds and a quorum check after a kill -9) is
 // cmd/ticketd's TestForgedGossipRetiresNobody.
 func TestForgedGossipClaimRetiresNobody(t *testing.T) {
+	t.Parallel()
 	tc, leader := formThree(t)
 	lc := tc.nodes[leader]
 	victim := tc.others(leader)[0]
@@ -95,6 +96,7 @@ func TestForgedGossipClaimRetiresNobody(t *testing.T) {
 // voter. Before, AdvertisedKey answered only for alive members: after the
 // next reconnect the follower was cut off, silent in Raft, and removed.
 func TestForgedDeadKeepsMeshKey(t *testing.T) {
+	t.Parallel()
 	tc, leader := formThree(t)
 	lc := tc.nodes[leader]
 	victim := tc.others(leader)[0]

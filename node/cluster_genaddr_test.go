@@ -24,6 +24,7 @@ import (
 // hashicorp/raft refuses a duplicate address, so the removal comes first —
 // and promotes it: three voters, failure tolerance 1 again.
 func TestClusterNextGenerationAtSameMeshAddress(t *testing.T) {
+	t.Parallel()
 	var meshNet, gossipNet *faultnet.Net
 	tc, leader := formThree(t, faulty(&meshNet, &gossipNet))
 	victim := tc.others(leader)[0]

@@ -153,6 +153,7 @@ func comesBackAsNextGeneration(t *testing.T, failLeader bool) {
 // (ErrNodeIDRetired, exit status 1); started once more it comes back as
 // NAME~2 and is promoted. It never joined as NAME.
 func TestClusterLostDataDirNeverReusesNodeID(t *testing.T) {
+	t.Parallel()
 	tc, leader := formThree(t)
 	lc := tc.nodes[leader]
 	victim := tc.others(leader)[0]

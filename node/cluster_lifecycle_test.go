@@ -43,6 +43,7 @@ func recordLogs(t *testing.T, tc *testCluster) *logRecord {
 // never removed. (Before: it left the gossip and the leader removed it
 // 0.7 s later, "voter gossip-dead and silent in Raft".)
 func TestClusterGracefulStopKeepsVote(t *testing.T) {
+	t.Parallel()
 	var rec *logRecord
 	tc, leader := formThree(t, func(tc *testCluster) { rec = recordLogs(t, tc) })
 	lc := tc.nodes[leader]
@@ -165,6 +166,7 @@ func TestClusterMembersWhileStarting(t *testing.T) {
 // only that the leader must be asked; asked of a follower, it names the
 // leader.
 func TestClusterAdminWithoutLeader(t *testing.T) {
+	t.Parallel()
 	tc, leader := formThree(t)
 	lc := tc.nodes[leader]
 	others := tc.others(leader)

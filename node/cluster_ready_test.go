@@ -56,6 +56,7 @@ func memberMeta(viewer *server, name string) (membership.Meta, bool) {
 // advertises FAILED at once (metadata refresh) and is not ready; the
 // others stay ready — another voter's FAILED does not take them down.
 func TestClusterFollowersReadyAfterUniform(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, "n1", "n2", "n3")
 	first := tc.start("n1", "", 3)
 	tc.start("n2", first.gossipAddr(), 3)
@@ -95,7 +96,7 @@ func TestClusterFollowersReadyAfterUniform(t *testing.T) {
 	vc.an.agent.SetHandler(func(req protocol.Request) clockhealthtest.Reply {
 		return clockhealthtest.Reply{Bytes: clockhealthtest.SignedLine(wrong, req.Nonce, uint64(vc.an.clk.WallNs()/1e6), 3, true, 100)}
 	})
-	if !vc.an.ts.Fire("probe", 5*time.Second) {
+	if !vc.an.ts.Fire("probe", probeFireWait) {
 		t.Fatal("probe ticker not taken")
 	}
 	waitFor(t, victim+" advertises a failed clock", 10*time.Second, func() bool {
@@ -124,6 +125,7 @@ func TestClusterFollowersReadyAfterUniform(t *testing.T) {
 // and is never added to Raft by the reconciler — while a node with the
 // right Δ that joins after it is added (so passes ran that saw it).
 func TestClusterDeltaMismatchNeverReady(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, "n1", "n2", "n3", "odd", "even")
 	first := tc.start("n1", "", 3)
 	tc.start("n2", first.gossipAddr(), 3)
@@ -216,6 +218,7 @@ func roles(n *server, names ...string) (voters, nonvoters int, all bool) {
 // up (progress asked over the mesh): two eligible → both vote, three →
 // three voters, four → three voters and one standby. Every one ends ready.
 func TestClusterJoinAndPromote(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, "n1", "n2", "n3", "n4")
 	first := tc.start("n1", "", 1)
 	tc.waitReady("n1")
@@ -245,6 +248,7 @@ func TestClusterJoinAndPromote(t *testing.T) {
 // SPEC §5 "Bootstrap": conflicting bootstrap_expect values never
 // bootstrap: every node says so on /readyz and none has a configuration.
 func TestClusterConflictingBootstrapExpect(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, "a", "b", "c")
 	a := tc.start("a", "", 3)
 	tc.start("b", a.gossipAddr(), 3)
@@ -272,6 +276,7 @@ func TestClusterConflictingBootstrapExpect(t *testing.T) {
 // does stops it, and /readyz says so. The peer's answer carries its log
 // index (what promotion judges).
 func TestClusterSafeBootstrapAsksPeers(t *testing.T) {
+	t.Parallel()
 	// n5 is trusted but never started: no mesh session to it can exist.
 	tc := newTestCluster(t, "n1", "n2", "n3", "x4", "n5")
 	first := tc.start("n1", "", 3)
@@ -315,6 +320,7 @@ func TestClusterSafeBootstrapAsksPeers(t *testing.T) {
 // from the voters over the mesh, becomes ready once uniform and serves the
 // API by forwarding: a grant through it is the leader's.
 func TestClusterGossipOnlyClient(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, "n1", "n2", "n3", "c1")
 	first := tc.start("n1", "", 3)
 	tc.start("n2", first.gossipAddr(), 3)
@@ -365,6 +371,7 @@ func TestClusterGossipOnlyClient(t *testing.T) {
 // members must stay for the stability window. With a window far longer
 // than the observation, three nodes that see each other do not bootstrap.
 func TestClusterBootstrapWaitsForStableWindow(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, "a", "b", "c")
 	tc.window = time.Hour
 	a := tc.start("a", "", 3)

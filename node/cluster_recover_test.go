@@ -32,6 +32,7 @@ import (
 // voter's Raft address becomes its mesh address. After the hold-off a
 // grant's token is above every old token.
 func TestClusterWholeClusterRecovery(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, "n1", "n2", "n3", "r1", "j1", "j2")
 	tc.names = []string{"n1", "n2", "n3"} // the old cluster; the new NodeIds are added as they start
 	first := tc.start("n1", "", 3)
@@ -65,7 +66,7 @@ func TestClusterWholeClusterRecovery(t *testing.T) {
 		})
 	}
 	for _, name := range tc.names {
-		if !tc.nodes[name].an.ts.Fire("probe", 5*time.Second) {
+		if !tc.nodes[name].an.ts.Fire("probe", probeFireWait) {
 			t.Fatalf("%s: probe ticker not taken", name)
 		}
 	}
@@ -173,7 +174,7 @@ func TestClusterWholeClusterRecovery(t *testing.T) {
 	// Past the hold-off (r1's clock, with a fresh sample): grants resume,
 	// through a follower too, with tokens above every old one.
 	r1.an.clk.Advance(251 * time.Second)
-	if !r1.an.ts.Fire("probe", 5*time.Second) {
+	if !r1.an.ts.Fire("probe", probeFireWait) {
 		t.Fatal("r1: probe ticker not taken")
 	}
 	var g *client.Lease

@@ -37,6 +37,7 @@ func ticketctl(t *testing.T, args ...string) (int, string, string) {
 // reconciler promotes it and removes OLD, the command waits for that and
 // says so; grants continue.
 func TestClusterReplace(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, "n1", "n2", "n3", "n4", "n5", "n6")
 	tc.slow = true // six nodes: keep one leader through the steps on a loaded machine
 	tokFile := filepath.Join(t.TempDir(), "admin.token")

@@ -153,6 +153,7 @@ func (w *loadWorker) run(stop <-chan struct{}) {
 // expiry, released ones are gone, and tokens strictly increase per ticket
 // and are never reused.
 func TestClusterRollingRestartUnderLoad(t *testing.T) {
+	t.Parallel()
 	tc, _ := formThree(t)
 	tc.waitReady(tc.names...)
 	clients := make([]*atomic.Pointer[client.Client], len(tc.names))
@@ -250,6 +251,7 @@ func TestClusterRollingRestartUnderLoad(t *testing.T) {
 // installing the snapshot. Its FSM holds every ticket with the leader's
 // token, holder, conservative and server expiry, and nothing else.
 func TestClusterSnapshotInstallOnNewcomer(t *testing.T) {
+	t.Parallel()
 	small := func(c *Config) {
 		c.Cluster.Raft.TrailingLogs = 4
 		c.Cluster.Raft.SnapshotInterval = time.Hour // snapshots are forced
@@ -341,6 +343,7 @@ func (r *logRecord) has(parts ...string) bool {
 // /v1/cluster/members or Raft; the reconciler keeps working: a proper node
 // joining afterwards is added.
 func TestClusterMalformedMetaIgnored(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, "n1", "n2", "n3", "bad", "n4")
 	gl := &guardedLog{t: t}
 	t.Cleanup(gl.stop)
@@ -410,6 +413,7 @@ func (rawDelegate) MergeRemoteState([]byte, bool)   {}
 // so it catches up on what was committed while it was away instead of
 // campaigning alone at the old address.
 func TestClusterVoterRestartsOnNewMeshPort(t *testing.T) {
+	t.Parallel()
 	tc, leader := formThree(t)
 	lc := tc.nodes[leader]
 	victim := tc.others(leader)[0].n.cfg.Cluster.Name

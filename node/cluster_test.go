@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"crypto/ed25519"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"io"
 	"log"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +36,13 @@ var gossipSecret = base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))
 
 // testCluster is N cluster nodes on loopback in this process, each with
 // its own manual clock and clock agent.
+//
+// Most cluster tests call t.Parallel: they wait far more than they compute
+// (about half a core each under -race), and one after another the
+// package's run went past go test's 10-minute default. The ones that
+// measure timing stay sequential, so no other test of the package runs
+// beside them: crash failover, the failover gap, the liveness thresholds,
+// the 10-node roles, and the graceful stop's in-flight writes.
 type testCluster struct {
 	t     *testing.T
 	names []string
@@ -75,10 +84,25 @@ type clusterMember struct {
 	n      *server
 }
 
+// probeFireWait bounds a cluster test's wait for a node's probe loop to
+// take a tick: the loop takes none while a round runs, and under -race
+// at load 12 a tenth node's round took 5 s (its in-process agent starved).
+const probeFireWait = 30 * time.Second
+
+// clusterSeq numbers the test clusters of the process.
+var clusterSeq atomic.Uint32
+
+// newTestCluster gives each name an identity key of its own, unique to
+// this cluster too: clusters of parallel tests share the gossip key, and
+// a node still dialing a stopped peer's address could reach another
+// test's node that took the freed port; with keys no other cluster
+// trusts, gossip and the mesh refuse it.
 func newTestCluster(t *testing.T, names ...string) *testCluster {
 	tc := &testCluster{t: t, names: names, keys: map[string]ed25519.PrivateKey{}, trust: map[string]string{}, nodes: map[string]*clusterMember{}}
+	seq := clusterSeq.Add(1)
 	for i, name := range names {
 		seed := bytes.Repeat([]byte{byte(i + 1)}, ed25519.SeedSize)
+		binary.BigEndian.PutUint32(seed, seq)
 		k := ed25519.NewKeyFromSeed(seed)
 		tc.keys[name] = k
 		tc.trust[name] = base64.StdEncoding.EncodeToString(k.Public().(ed25519.PublicKey))
@@ -177,7 +201,7 @@ func (tc *testCluster) startWith(name, join string, expect int, edit func(*Confi
 		t.Fatalf("%s was not built", name)
 	}
 	for range 2 { // the first probe runs at once; clock_check needs 3
-		if !cm.an.ts.Fire("probe", 5*time.Second) {
+		if !cm.an.ts.Fire("probe", probeFireWait) {
 			t.Fatalf("%s: probe ticker not taken", name)
 		}
 	}
@@ -284,6 +308,7 @@ func (tc *testCluster) leaders() []string {
 // follower is forwarded, stamped and committed by the leader, and the
 // leader reads it back with the same token; a follower reads it too.
 func TestClusterThreeNodesForm(t *testing.T) {
+	t.Parallel()
 	tc, leader := formThree(t)
 	lc := tc.nodes[leader]
 	if got := lc.n.countMembers(raft.Voter); got != 3 {
@@ -390,6 +415,7 @@ func grantsAnswered(t *testing.T, url string) int {
 // SPEC §5 "Bootstrap": two nodes that each expect three see each other in
 // gossip and still do not bootstrap: no Raft configuration, no leader.
 func TestClusterTwoOfThreeDoNotBootstrap(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, "a", "b", "c")
 	a := tc.start("a", "", 3)
 	b := tc.start("b", a.gossipAddr(), 3)

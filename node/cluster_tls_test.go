@@ -29,6 +29,7 @@ func meshOK(t *testing.T, cm *clusterMember) float64 {
 // /metrics as mesh_handshakes_total{result="tls"} — and never becomes a
 // voter while the cluster keeps granting.
 func TestClusterMutualTLS(t *testing.T) {
+	t.Parallel()
 	ca, rogue := newTrustCA(t, "cluster-ca"), newTrustCA(t, "rogue-ca")
 	tc := newTestCluster(t, "n1", "n2", "n3", "x")
 	first := tc.startWith("n1", "", 3, withTLS(t, ca, "n1"))
@@ -87,6 +88,7 @@ func TestClusterMutualTLS(t *testing.T) {
 // TestClusterMutualTLS (tls), TestClusterTrustMapKeyMismatchKeptOut and
 // TestClusterNameClaimKeptOut (key_mismatch).
 func TestClusterMeshHandshakesCounted(t *testing.T) {
+	t.Parallel()
 	tc, leader := formThree(t)
 	lc := tc.nodes[leader]
 	var followers []string

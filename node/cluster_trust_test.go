@@ -207,6 +207,7 @@ func metricSum(t *testing.T, tn *testNode, prefix string) float64 {
 // in the Raft configuration, not alive in /v1/cluster/members; the
 // refusals are counted; the cluster keeps granting.
 func TestClusterUntrustedNodeKeptOut(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, "n1", "n2", "n3", "x")
 	own := maps.Clone(tc.trust)
 	delete(tc.trust, "x") // the cluster does not trust x
@@ -228,6 +229,7 @@ func TestClusterUntrustedNodeKeptOut(t *testing.T) {
 // key never gets in: its joins fail (counted on its /metrics), it is not
 // in the Raft configuration nor alive in members, the cluster grants.
 func TestClusterWrongGossipKeyKeptOut(t *testing.T) {
+	t.Parallel()
 	tc, leader := formThree(t)
 	tc.names = append(tc.names, "x")
 	k := ed25519.NewKeyFromSeed(bytesOf(7, 32))
@@ -283,6 +285,7 @@ func dialAs(t *testing.T, cm, to *clusterMember) error {
 // mesh refuses it (mesh_handshakes_total{result="key_mismatch"}), it is
 // neither in Raft nor alive in members, and the cluster keeps granting.
 func TestClusterTrustMapKeyMismatchKeptOut(t *testing.T) {
+	t.Parallel()
 	k1, k2 := ed25519.NewKeyFromSeed(bytesOf(11, 32)), ed25519.NewKeyFromSeed(bytesOf(12, 32))
 	tc, leader := formThree(t, func(tc *testCluster) { tc.trust["x"] = pubB64(k1) })
 	lc := tc.nodes[leader]
@@ -309,6 +312,7 @@ func TestClusterTrustMapKeyMismatchKeptOut(t *testing.T) {
 // mesh refuses its handshake (key_mismatch, counted), and the real member
 // stays alive with its own key and keeps its vote.
 func TestClusterNameClaimKeptOut(t *testing.T) {
+	t.Parallel()
 	tc, leader := formThree(t)
 	lc := tc.nodes[leader]
 	victim := tc.follower(leader, "")

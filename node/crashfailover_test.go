@@ -26,10 +26,16 @@ func counterOf(t *testing.T, outcomes *prometheus.CounterVec, outcome string) fl
 
 // crashTiming is the crash tests' Raft timing: a heartbeat timeout long
 // enough that a follower standing for election well before it can only
-// have done so through crash failover, even on a loaded machine.
+// have done so through crash failover, even on a loaded machine. Under
+// -race the leader lease is four times the production one (1 s): at
+// 250 ms leaders stepped down again and again at load 12 before the test
+// could crash one (crash failover has nothing to do with the lease).
 func crashTiming() *consensus.Timing {
 	t := consensus.ClusterTiming()
 	t.Heartbeat, t.Election = 2*time.Second, 2*time.Second
+	if raceEnabled {
+		t.LeaderLease *= 4
+	}
 	return &t
 }
 
@@ -143,10 +149,17 @@ func TestCrashFailoverPartitionWaitsHeartbeat(t *testing.T) {
 // each followed by a forwarded grant; then one follower cut off from the
 // leader (a one-way cut and a reset: it can reach no one but the other
 // follower, which still follows the leader and refuses its pre-vote) for
-// a heartbeat timeout and more. Production timing, under -race too.
+// a heartbeat timeout and more. Production timing; under -race the
+// test clusters' timing (every timeout in proportion: crash_detect_ms stays
+// a fifth of the heartbeat timeout), since at load 12 the production
+// 250 ms lease moved leadership four times whatever the resets did.
 func TestCrashFailoverLiveLeaderUndisturbed(t *testing.T) {
 	var meshNet, gossipNet *faultnet.Net
-	tc, leader := formThree(t, faulty(&meshNet, &gossipNet), func(tc *testCluster) { tc.production = true })
+	tc, leader := formThree(t, faulty(&meshNet, &gossipNet))
+	normal := consensus.ClusterTiming()
+	if rt := tc.raftTiming(); rt != nil {
+		normal = *rt
+	}
 	term0 := tc.nodes[leader].n.raft().CurrentTerm()
 	won := electionsWon(t, tc)
 	for i := range 10 {
@@ -163,9 +176,9 @@ func TestCrashFailoverLiveLeaderUndisturbed(t *testing.T) {
 	f := tc.follower(leader, "")
 	fc := tc.nodes[f]
 	shortened := counterOf(t, clusterOf(fc.n).CrashOutcomes(), "shortened")
-	// Bounded observation: for more than a heartbeat timeout (500 ms)
-	// after f lost the leader, f shortens and stands, its pre-vote is
-	// refused, and the leader keeps granting. A reset can miss the session
+	// Bounded observation: for more than a heartbeat timeout (500 ms in
+	// production) after f lost the leader, f shortens and stands, its
+	// pre-vote is refused, and the leader keeps granting. A reset can miss the session
 	// f follows the leader on (a second session between them, kept by the
 	// mesh's tie-break, carries on until the cut starves it, and f then
 	// stands on its plain heartbeat timeout): up to three cuts.
@@ -179,7 +192,7 @@ func TestCrashFailoverLiveLeaderUndisturbed(t *testing.T) {
 		}
 		meshNet.Cut(f, leader)
 		meshNet.Reset(f, leader)
-		deadline := time.Now().Add(1500 * time.Millisecond)
+		deadline := time.Now().Add(3 * normal.Heartbeat)
 		for i := 0; time.Now().Before(deadline); i++ {
 			grantRetry(t, lc, fmt.Sprint("during-cut-", attempt, "-", i), "w", 60)
 			time.Sleep(50 * time.Millisecond) // pacing of a bounded observation
@@ -192,7 +205,7 @@ func TestCrashFailoverLiveLeaderUndisturbed(t *testing.T) {
 	waitFor(t, f+" follows the leader again with its timeouts restored", 20*time.Second, func() bool {
 		_, id := fc.n.raft().LeaderWithID()
 		hb, _ := timeoutsOf(fc)
-		return string(id) != "" && hb == consensus.ClusterTiming().Heartbeat
+		return string(id) != "" && hb == normal.Heartbeat
 	})
 	now := tc.leader()
 	term := tc.nodes[now].n.raft().CurrentTerm()

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -21,7 +22,32 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain is goleak.VerifyTestMain with a longer wait for goroutines that
+// end by themselves: a memberlist probe in flight when its node shut down
+// waits out its probe interval first (seconds, scaled up by memberlist's
+// awareness once the peers stopped answering), and since the cluster tests
+// run in parallel the package's last test is a cluster's. A goroutine
+// still there after leakWait is reported as goleak reports it.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		deadline := time.Now().Add(leakWait)
+		err := goleak.Find()
+		for err != nil && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond) // poll interval of a condition with a deadline
+			err = goleak.Find()
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: Errors on successful test run: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// leakWait bounds TestMain's wait for the goroutines still running after
+// the last test.
+const leakWait = 10 * time.Second
 
 // newManualClock is a manual wall + monotonic clock (Advance moves both,
 // as real time does; StepWall moves the wall alone) at a wall time with a

@@ -96,6 +96,7 @@ func (tc *testCluster) grantAlice() (leader string, g *client.Lease, before *wir
 // extended by the leader change: its server expiry is byte-identical), and
 // refuses another holder. After healing there is exactly one leader.
 func TestClusterPartitionedLeaderCannotCommit(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, "n1", "n2", "n3")
 	meshNet, _ := withFaults(tc)
 	first := tc.start("n1", "", 3)

@@ -154,6 +154,7 @@ func TestRevokeEndsSession(t *testing.T) {
 // the follower show the ticket revoked (the flag travels in the forward
 // frames); a renew through the follower is refused as revoked.
 func TestRevokeThroughFollower(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, "n1", "n2", "n3")
 	adminTok := strings.Repeat("b", 40)
 	withAdmin := func(c *Config) {

@@ -631,12 +631,14 @@ func scenarioWith(t *testing.T, opts rigOpts, partitions bool, fault, after func
 // each other on every node, leadership moved between them every ~600 ms,
 // the leader partitioned away now and then: no violation.
 func TestSafetySkewPartitionsLeaderChanges(t *testing.T) {
+	t.Parallel()
 	scenario(t, true, nil)
 }
 
 // Issue 13 scenario (b), SPEC §3.3-3/5: the leader's clock is pushed Δ
 // ahead (beyond Δ/2): it goes FAILED, leadership moves, no violation.
 func TestSafetyClockBeyondBoundFails(t *testing.T) {
+	t.Parallel()
 	scenario(t, false, func(r *safetyRig) {
 		r.failNode("clock_pushed_beyond_half_delta", func(cm *clusterMember) {
 			r.mu.Lock()
@@ -651,6 +653,7 @@ func TestSafetyClockBeyondBoundFails(t *testing.T) {
 // (its answers 4Δ ahead): the leader goes FAILED, leadership moves, no
 // violation.
 func TestSafetyLeaderAgentLies(t *testing.T) {
+	t.Parallel()
 	scenario(t, false, func(r *safetyRig) {
 		r.failNode("agent_lies", func(cm *clusterMember) { r.answerTruth(cm, 4*int64(r.delta)) })
 	})
@@ -660,6 +663,7 @@ func TestSafetyLeaderAgentLies(t *testing.T) {
 // (the wall clock set back 1 s) on the leader: a rollback, it goes FAILED,
 // no violation.
 func TestSafetySteppedLeapSecond(t *testing.T) {
+	t.Parallel()
 	scenario(t, false, func(r *safetyRig) {
 		r.failNode("stepped_leap_second", func(cm *clusterMember) {
 			r.mu.Lock()
@@ -677,6 +681,7 @@ func TestSafetySteppedLeapSecond(t *testing.T) {
 // tickets are byte-identical to the leader's (snapshot and replacement
 // never add Δ or extend an expiry).
 func TestSafetySnapshotInstallAndReplacement(t *testing.T) {
+	t.Parallel()
 	offsets := map[string]int64{"n1": -200, "n2": 0, "n3": 200, "n4": 0}
 	scenarioWith(t, rigOpts{offsetsMs: offsets, joiner: true}, false, func(r *safetyRig) {
 		r.faultMu.Lock()

@@ -16,6 +16,7 @@ import (
 // token never changes and Done stays open; Close releases it through a
 // node still up.
 func TestSessionFollowsTheCluster(t *testing.T) {
+	t.Parallel()
 	tc, leader := formThree(t)
 	tc.waitReady(tc.names...)
 	urls := []string{tc.nodes[leader].tn.url} // the leader first: the client talks to it

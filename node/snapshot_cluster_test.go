@@ -11,6 +11,7 @@ import (
 // any member): it answers 200 naming the node and its role, the follower's
 // last snapshot index moves, the leader's does not.
 func TestClusterSnapshotOnFollower(t *testing.T) {
+	t.Parallel()
 	tc, leader := formThree(t, func(tc *testCluster) { tc.slow = true })
 	lc := tc.nodes[leader]
 	for i := range 5 {

@@ -16,6 +16,7 @@ import (
 // wait on the leader too; a release grants the follower's waiter; a
 // leader change ends a wait with a 503 the client retries.
 func TestClusterGrantWaitForwarded(t *testing.T) {
+	t.Parallel()
 	tc, leader := formThree(t)
 	lc := tc.nodes[leader]
 	var fc *clusterMember
@@ -138,6 +139,7 @@ func (h *waitHub) heldBy(node string) (waits, watches int) {
 // share) while blocking grants and watches through the other follower and
 // on the leader itself are still served.
 func TestClusterWaitShares(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, "n1", "n2", "n3")
 	tc.slow = true // one leader throughout, on two loaded cores
 	caps := func(c *Config) {

@@ -12,6 +12,7 @@ import (
 // forwarding frames; a ticket nobody waits for shows none, and the count
 // falls back to none once the waiters went away.
 func TestListShowsWaiters(t *testing.T) {
+	t.Parallel()
 	tc, leader := formThree(t)
 	lc := tc.nodes[leader]
 	var fc *clusterMember
