@@ -5,10 +5,12 @@ package cluster
 // Raft configuration is empty — asks a peer holding Raft state for the
 // highest retired generation of its own name (peerstatus
 // OpRetiredGeneration; the peer reads the asker's name from the mesh
-// session). If its NodeId is among the retired, it marks its data dir
-// retired with that generation as the floor and exits 1: its supervisor
-// starts it again, and node/generation.go moves the dir aside and comes back
-// above the floor. With auto_replace off it does nothing here (the
+// session), and once more when a configuration reaches it (a retired
+// voter's slot, still in the configuration, is replicated to whoever
+// speaks for that NodeId now). If its NodeId is among the retired, it
+// marks its data dir retired with that generation as the floor and exits
+// 1: its supervisor starts it again, and node/generation.go moves the dir
+// aside and comes back above the floor. With auto_replace off it does nothing here (the
 // leader's reconciler refuses the reused NodeId and logs it).
 
 import (
@@ -46,8 +48,9 @@ func (cl *Node) retiredGeneration(name string) int {
 }
 
 // watchReusedID asks, every reusedCheckInterval until this node has
-// joined (or ctx ends), whether its NodeId is retired in the cluster; if
-// so it marks the data dir and closes cl.life.reused.
+// joined (or ctx ends) and once more when it has, whether its NodeId is
+// retired in the cluster; if so it marks the data dir and closes
+// cl.life.reused.
 func (cl *Node) watchReusedID(ctx context.Context, cons *consensus.Raft, newTicker clockhealth.TickerFunc) {
 	if !cl.cfg.AutoReplace || !cl.Eligible() {
 		return
@@ -57,7 +60,16 @@ func (cl *Node) watchReusedID(ctx context.Context, cons *consensus.Raft, newTick
 	defer tk.Stop()
 	for {
 		if s, err := cons.Servers(); err == nil && len(s) > 0 {
-			return // joined: its NodeId was not retired when it was added
+			// Joined, but not necessarily added: a retired voter keeps its
+			// slot in the configuration (until a replacement takes it or
+			// raft.dead_voter_grace passes), and the leader replicates to
+			// the slot's NodeId wherever gossip places it now — this node,
+			// possibly before any peer answered here (the first ask at
+			// start finds no peer's state in gossip yet). Ask once more.
+			if top, from := cl.askRetiredGeneration(ctx, name); top >= gen {
+				cl.markReused(top, from)
+			}
+			return
 		}
 		if top, from := cl.askRetiredGeneration(ctx, name); top >= gen {
 			cl.markReused(top, from)
