@@ -30,7 +30,15 @@ func (tc *testCluster) waitReady(names ...string) {
 func (tc *testCluster) leader() string {
 	tc.t.Helper()
 	var leader string
-	waitFor(tc.t, "exactly one ready leader", 20*time.Second, func() bool {
+	// Under -race a starved process stalled for seconds at a time (load
+	// 8, every gossip probe and mesh handshake timing out) and a 10-node
+	// cluster's first leaders stepped down for 20 s; the wait ends as soon
+	// as one leads.
+	d := 20 * time.Second
+	if tc.scaled() {
+		d = time.Minute
+	}
+	waitFor(tc.t, "exactly one ready leader", d, func() bool {
 		ls := tc.leaders()
 		if len(ls) == 1 {
 			leader = ls[0]
