@@ -153,7 +153,13 @@ func (a *Agent) HTTPAddr() net.Addr { return a.httpAddr }
 // once (exit status 1).
 func (a *Agent) Run(ctx context.Context) error {
 	lc := net.ListenConfig{KeepAlive: -1} // one short exchange per connection
-	ln, err := lc.Listen(ctx, "tcp", a.cfg.Listen)
+	// The TCKCLK/2 listener's accepted sockets inherit SO_LINGER 0 from it:
+	// a connection this process never answers ends with a TCP reset even
+	// when the process dies holding it (kill -9, a crash), never with the
+	// FIN a node would read as a missing LF, `format` (see drop). end turns
+	// lingering off again before the FIN that follows an answer.
+	tlc := net.ListenConfig{KeepAlive: -1, Control: resetOnClose}
+	ln, err := tlc.Listen(ctx, "tcp", a.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("agent: listen %s: %w", a.cfg.Listen, err)
 	}
@@ -292,4 +298,19 @@ func (a *Agent) Handler() http.Handler {
 		_ = enc.Encode(a.Status()) // a failed write is the client gone
 	})
 	return mux
+}
+
+// resetOnClose sets SO_LINGER 0 on a listening socket (net.ListenConfig's
+// Control), which the sockets it accepts inherit.
+func resetOnClose(_, _ string, c syscall.RawConn) error {
+	var serr error
+	if err := c.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptLinger(int(fd), syscall.SOL_SOCKET, syscall.SO_LINGER, &syscall.Linger{Onoff: 1, Linger: 0})
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("SO_LINGER 0 on the listener: %w", serr)
+	}
+	return nil
 }

@@ -149,9 +149,15 @@ func drop(c net.Conn) {
 }
 
 // end closes c after an exchange with result: a FIN after an answer (the
-// client waits for that EOF, SPEC §1.1), a reset (drop) after none.
+// client waits for that EOF, SPEC §1.1), a reset (drop) after none. The
+// agent's listener hands out sockets that reset on close (resetOnClose),
+// so that one held by a process that dies resets too: an answer turns
+// lingering off first (with it on, the reset could overtake the answer).
 func end(c net.Conn, result string) {
 	if result == ResultSynced || result == ResultUnsynced {
+		if tc, ok := c.(interface{ SetLinger(sec int) error }); ok {
+			_ = tc.SetLinger(-1) // on error the close resets: an io failure, tried again (SPEC §3.1)
+		}
 		_ = c.Close()
 		return
 	}

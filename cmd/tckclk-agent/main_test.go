@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -123,21 +124,7 @@ func TestBinaryDevBlackBox(t *testing.T) {
 	hport := freePort(t)
 	a := startDevAgent(t, nil, port, hport, sec)
 	cmd, stderr := a.cmd, &a.stderr
-	start := time.Now()
-	for {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", hport))
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Since(start) > 5*time.Second {
-			t.Fatalf("not ready within 5 s; stderr:\n%s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Logf("ready after %v", time.Since(start))
+	a.waitReady(hport)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	keys := protocol.KeyRing{protocol.NewKey(protocol.DevKey(secretBytes))}
 	if err := oneExchange(addr, keys); err != nil {
@@ -244,6 +231,94 @@ func startDevAgent(t *testing.T, env []string, port, hport int, secretFile strin
 		<-a.waited
 	})
 	return a
+}
+
+// waitReady waits (5 s at most) for /readyz on hport to answer 200.
+func (a *devAgent) waitReady(hport int) {
+	a.t.Helper()
+	start := time.Now()
+	for {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", hport))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Since(start) > 5*time.Second {
+			a.t.Fatalf("not ready within 5 s; stderr:\n%s", a.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	a.t.Logf("ready after %v", time.Since(start))
+}
+
+// SPEC §1.1, §3.1: an agent process that dies holding a connection whose
+// bytes it has read ends it with a TCP reset — an exchange that could not
+// complete (io, tried again within the burst) — never with the FIN a node
+// reads as a missing LF (format: a lying agent's reason, which fails the
+// node for good and refuses its replacement, SPEC §3.4).
+func TestKilledAgentResetsHeldConnections(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	if _, err := exec.LookPath("ss"); err != nil {
+		t.Skip("needs ss (iproute2) to see the agent take the bytes off its socket")
+	}
+	sec := writeFile(t, "s", secretBytes, 0o600)
+	port, hport := freePort(t), freePort(t)
+	a := startDevAgent(t, nil, port, hport, sec)
+	a.waitReady(hport)
+
+	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	partial := []byte("TCKCLK/2 REQ ") // no LF: the agent reads it and waits for the rest
+	if _, err := c.Write(partial); err != nil {
+		t.Fatal(err)
+	}
+	waitConsumed(t, port, c.LocalAddr().(*net.TCPAddr).Port, len(partial))
+
+	killed := time.Now()
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	a.waited <- <-a.waited // the cleanup's receive
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var buf [16]byte
+	n, err := c.Read(buf[:])
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("after kill -9 the held connection read %q, %v; want a reset (ECONNRESET), never a clean EOF", buf[:n], err)
+	}
+	// The agent's own read timeout (2 s) would reset it too: the reset must
+	// be the dying process's.
+	if took := time.Since(killed); took > time.Second {
+		t.Fatalf("reset %v after the kill: the read timeout's, not the process's", took)
+	}
+}
+
+// waitConsumed waits (5 s at most) until the agent's end of the connection
+// from local to port has received want bytes and holds none unread (ss -ti:
+// bytes_received, Recv-Q): the agent has read them.
+func waitConsumed(t *testing.T, port, local, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	filter := fmt.Sprintf("( sport = :%d and dport = :%d )", port, local)
+	last := ""
+	for time.Now().Before(deadline) {
+		out, err := exec.Command("ss", "-tinH", "state", "established", filter).Output()
+		if err != nil {
+			t.Fatalf("ss: %v", err)
+		}
+		last = string(out)
+		if f := strings.Fields(last); len(f) > 0 && f[0] == "0" && strings.Contains(last, fmt.Sprintf("bytes_received:%d ", want)) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("the agent did not read the %d bytes within 5 s; ss: %q", want, last)
 }
 
 // waitExit0 waits (10 s at most) for the process to exit with status 0.
