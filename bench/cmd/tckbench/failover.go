@@ -344,7 +344,7 @@ func failovers(ctx context.Context, e *env, o options, out io.Writer) []failover
 				}
 				continue
 			}
-			d, tl, err := freshFailover(ctx, e, o, t, trial, lab)
+			d, tl, err := freshFailover(ctx, e, o, t, trial, lab, out)
 			if tl != nil {
 				r.Timelines = append(r.Timelines, *tl)
 			}
@@ -367,9 +367,15 @@ func failovers(ctx context.Context, e *env, o options, out io.Writer) []failover
 // its leader and times the first lock cycle through the survivors, and
 // gives the trial's timeline once the leader failed; the cluster is
 // stopped before it returns.
-func freshFailover(ctx context.Context, e *env, o options, t foTarget, trial int, lab *netLab) (time.Duration, *foTimeline, error) {
+func freshFailover(ctx context.Context, e *env, o options, t foTarget, trial int, lab *netLab, out io.Writer) (time.Duration, *foTimeline, error) {
 	k := len(e.procs)
-	defer e.stopFrom(k)
+	t0 := time.Now()
+	var up, ready, failedOver time.Duration
+	defer func() {
+		t1 := time.Now()
+		e.stopFrom(k)
+		fmt.Fprintf(out, "tckbench: [time] failover trial: cluster up %s, leader and voters %s, failover %s, stopped %s\n", up.Round(10*time.Millisecond), ready.Round(10*time.Millisecond), failedOver.Round(10*time.Millisecond), time.Since(t1).Round(10*time.Millisecond))
+	}()
 	prefix := fmt.Sprintf("fo%d-%s", trial, t.system)
 	if t.lost {
 		prefix += "-lost"
@@ -393,6 +399,7 @@ func freshFailover(ctx context.Context, e *env, o options, t foTarget, trial int
 	if err != nil {
 		return 0, nil, err
 	}
+	up = time.Since(t0)
 	var lead int
 	err = poll(ctx, 60*time.Second, s.procs, func() error {
 		var err error
@@ -407,6 +414,7 @@ func freshFailover(ctx context.Context, e *env, o options, t foTarget, trial int
 	if err != nil {
 		return 0, nil, fmt.Errorf("before the failure: %w", err)
 	}
+	ready = time.Since(t0) - up
 	var survivors []string
 	for i, a := range s.addrs {
 		if i != lead {
@@ -437,6 +445,7 @@ func freshFailover(ctx context.Context, e *env, o options, t foTarget, trial int
 		return 0, nil, err
 	}
 	d, ps, err := firstSuccess(ctx, p, failed)
+	failedOver = time.Since(t0) - up - ready
 	if ps.Winner > 0 {
 		ps.Via = survivorName(s, survivors, ps.Winner)
 	}

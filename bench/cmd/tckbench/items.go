@@ -175,7 +175,7 @@ type itemResults struct {
 
 // runItems runs the agent, clock-failover and tightness sections (the
 // kill -9 and lost-machine failovers run in bench, failovers).
-func runItems(ctx context.Context, e *env, o options, stdout io.Writer) (itemResults, error) {
+func runItems(ctx context.Context, e *env, o options, stdout io.Writer, clock *stepClock) (itemResults, error) {
 	var r itemResults
 	if o.items.on("agent") {
 		a, err := runAgentFloor(ctx, e, o.items, stdout)
@@ -183,10 +183,12 @@ func runItems(ctx context.Context, e *env, o options, stdout io.Writer) (itemRes
 			return r, fmt.Errorf("agent section: %w", err)
 		}
 		r.Agent = a
+		clock.mark("agent")
 	}
 	if o.items.failoverOf("clock") && o.failover > 0 {
 		c := clockFailover(ctx, e, o.failover, stdout)
 		r.Clock = &c
+		clock.mark("failover clock")
 	}
 	if o.items.on("tightness") {
 		if o.items.chronyd == "" {
@@ -199,10 +201,12 @@ func runItems(ctx context.Context, e *env, o options, stdout io.Writer) (itemRes
 				return r, fmt.Errorf("tightness section: %w", err)
 			}
 			r.Tightness = t
+			clock.mark("tightness")
 		}
 	}
 	if o.items.on("scale") {
 		r.Scale = runScale(ctx, e, o, stdout)
+		clock.mark("scale")
 	}
 	return r, ctx.Err()
 }

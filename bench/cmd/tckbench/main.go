@@ -270,6 +270,7 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) error {
 			os.RemoveAll(dir)
 		}
 	}()
+	clock := newStepClock(stdout)
 	if err := e.build(); err != nil {
 		return err
 	}
@@ -278,6 +279,7 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	clock.mark("build")
 	meta := runMeta(o)
 	fmt.Fprintf(stdout, "tckbench: %s\n", meta.Machine)
 	fmt.Fprintf(stdout, "tckbench: starting servers (data in %s)\n", dir)
@@ -315,6 +317,9 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) error {
 			servers = append(servers, variants(o, s)...)
 		}
 	}
+	if len(servers) > 0 {
+		clock.mark("load servers started")
+	}
 	var works []workload
 	for _, c := range o.clients {
 		if o.items.on("load") {
@@ -331,14 +336,22 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) error {
 			return withLogs(err, e)
 		}
 		all = append(all, ms...)
+		clock.mark(fmt.Sprintf("load %s %d", w.name, w.clients))
 	}
-	e.stopAll()                         // the load clusters: idle, they would only add noise below
+	if len(servers) > 0 {
+		e.stopAll() // the load clusters: idle, they would only add noise below
+		clock.mark("load servers stopped")
+	}
 	fos := failovers(ctx, e, o, stdout) // fresh clusters (failover.go)
-	items, err := runItems(ctx, e, o, stdout)
+	if len(fos) > 0 {
+		clock.mark("failover kill -9 / machine lost")
+	}
+	items, err := runItems(ctx, e, o, stdout, clock)
 	if err != nil {
 		return withLogs(err, e)
 	}
 	meta.LoadAfter = loadavg()
+	meta.Steps, meta.WallSeconds = clock.steps, clock.total()
 	if err := writeReport(o, meta, all, fos, items); err != nil {
 		return err
 	}
@@ -395,12 +408,17 @@ func variants(o options, s *server) []*server {
 // pools each one's rounds.
 func runWorkload(ctx context.Context, o options, w workload, servers []*server, stdout io.Writer) ([]measured, error) {
 	cyclers := make([]load.Cycler, len(servers))
+	t0 := time.Now()
+	var tSetUp, tRounds time.Duration
 	defer func() {
+		t1 := time.Now()
 		for _, c := range cyclers {
 			if c != nil {
 				c.Close()
 			}
 		}
+		fmt.Fprintf(stdout, "tckbench: [time] %s %d clients: clients set up %s, rounds %s, clients closed %s\n",
+			w.name, w.clients, tSetUp.Round(100*time.Millisecond), tRounds.Round(100*time.Millisecond), time.Since(t1).Round(100*time.Millisecond))
 	}()
 	for i, s := range servers {
 		c, err := cyclerFor(ctx, s, w, o.contendedNames, o.h2c || s.h2c)
@@ -409,6 +427,8 @@ func runWorkload(ctx context.Context, o options, w workload, servers []*server, 
 		}
 		cyclers[i] = c
 	}
+	tSetUp = time.Since(t0)
+	defer func() { tRounds = time.Since(t0) - tSetUp }()
 	pooled := make([]measured, len(servers))
 	var lat = make([][]time.Duration, len(servers))
 	for round := 1; round <= o.rounds; round++ {
@@ -536,6 +556,9 @@ type meta struct {
 	LoadAfter  string `json:"load_after"`
 	Started    string `json:"started"`
 	Args       string `json:"args"`
+	// The wall time of the run's parts (timing.go), from the build on.
+	WallSeconds float64    `json:"wall_seconds,omitempty"`
+	Steps       []stepTime `json:"steps,omitempty"`
 }
 
 func runMeta(o options) meta {
