@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"reflect"
 	"testing"
 
 	"github.com/tckclk/tckclk/node/ticket"
@@ -39,6 +40,10 @@ func entrySeeds() [][]byte {
 		{Op: ticket.OpRetire, NowMs: now, NodeID: "node-3.dc_1"},
 		{Op: ticket.OpRevoke, NowMs: now, Name: "a"},
 		{Op: ticket.OpRevoke, NowMs: now, Name: "db.migrate:1", Token: 1<<48 | 7},
+		{Op: ticket.OpKeepAlive, NowMs: now, RecvMs: now - 1, Items: []ticket.RenewItem{
+			{Name: "a", Holder: "h", Token: 7, LeaseS: 250, ExpiryMs: now + 250000 + 2},
+			{Name: "db.migrate:1", Holder: " spaced holder ", Token: 1<<48 | 9, LeaseS: 1, ExpiryMs: now + 1000 + 60000},
+		}},
 	} {
 		b, err := ticket.EncodeEntry(&e)
 		if err != nil {
@@ -90,7 +95,7 @@ func checkEntry(t *testing.T, data []byte) {
 		}
 		return
 	}
-	if e != ne {
+	if !reflect.DeepEqual(e, ne) {
 		t.Fatalf("fields differ:\n ticket %+v\n naive  %+v", e, ne)
 	}
 	again, err := ticket.EncodeEntry(&e)

@@ -56,7 +56,7 @@ func naiveEntry(data []byte) (ticket.Entry, naiveKind) {
 	if len(data) == 0 {
 		return e, "format"
 	}
-	if data[0] < 1 || data[0] > 3 { // 2 added Retire (op 6), 3 Revoke (op 7), each its version's only op
+	if data[0] < 1 || data[0] > 4 { // 2 added Retire (op 6), 3 Revoke (op 7), 4 KeepAlive (op 8), each its version's only op
 		return e, "version"
 	}
 	if len(data) < 14 {
@@ -114,6 +114,29 @@ func naiveEntry(data []byte) (ticket.Entry, naiveKind) {
 	case 7:
 		get(str(&e.Name))
 		get(u64(&e.Token))
+	case 8:
+		get(u64(&e.RecvMs))
+		var count uint64
+		get(func() (r bool) {
+			var v []byte
+			v, r = cut(&rest, 2)
+			if r {
+				count = uint64(binary.BigEndian.Uint16(v))
+			}
+			return
+		})
+		if ok && (count < 1 || count > 1024) {
+			return ticket.Entry{}, "format"
+		}
+		for i := uint64(0); ok && i < count; i++ {
+			var it ticket.RenewItem
+			get(str(&it.Name))
+			get(str(&it.Holder))
+			get(u64(&it.Token))
+			get(u8(&it.LeaseS))
+			get(u64(&it.ExpiryMs))
+			e.Items = append(e.Items, it)
+		}
 	default:
 		return ticket.Entry{}, "format"
 	}
@@ -123,9 +146,22 @@ func naiveEntry(data []byte) (ticket.Entry, naiveKind) {
 		version = 2
 	case 7:
 		version = 3
+	case 8:
+		version = 4
 	}
 	if !ok || len(rest) != 0 || body[0] != version {
 		return ticket.Entry{}, "format"
+	}
+	if e.Op == 8 { // each item as a Renew with the entry's now and receive time
+		if e.RecvMs > e.NowMs {
+			return ticket.Entry{}, "format"
+		}
+		for _, it := range e.Items {
+			if !naiveName.MatchString(it.Name) || !naiveHolder.MatchString(it.Holder) || it.Token == 0 || !naiveLeaseExpiry(e.NowMs, it.LeaseS, it.ExpiryMs) {
+				return ticket.Entry{}, "format"
+			}
+		}
+		return e, ""
 	}
 	if e.Op == 7 { // any token: 0 revokes whoever holds it
 		if !naiveName.MatchString(e.Name) {
@@ -148,18 +184,17 @@ func naiveEntry(data []byte) (ticket.Entry, naiveKind) {
 	if !naiveName.MatchString(e.Name) || e.Op != 5 && !naiveHolder.MatchString(e.Holder) || e.Op != 2 && e.Token == 0 {
 		return ticket.Entry{}, "format"
 	}
-	if e.Op == 2 || e.Op == 3 {
-		if e.LeaseS < 1 || e.LeaseS > 250 || e.RecvMs > e.NowMs {
-			return ticket.Entry{}, "format"
-		}
-		// now + lease×1000 + Δ for some Δ in 2..=60000, without overflow,
-		// computed in float-free big steps: check the difference.
-		base := uint64(e.LeaseS) * 1000
-		if e.NowMs > ^uint64(0)-base-60000 || e.ExpiryMs < e.NowMs+base+2 || e.ExpiryMs > e.NowMs+base+60000 {
-			return ticket.Entry{}, "format"
-		}
+	if (e.Op == 2 || e.Op == 3) && (e.RecvMs > e.NowMs || !naiveLeaseExpiry(e.NowMs, e.LeaseS, e.ExpiryMs)) {
+		return ticket.Entry{}, "format"
 	}
 	return e, ""
+}
+
+// naiveLeaseExpiry: lease in 1..=250 and expiry = now + lease×1000 + Δ
+// for some Δ in 2..=60000, without overflow (checked on the difference).
+func naiveLeaseExpiry(now uint64, lease uint8, expiry uint64) bool {
+	base := uint64(lease) * 1000
+	return lease >= 1 && lease <= 250 && now <= ^uint64(0)-base-60000 && expiry >= now+base+2 && expiry <= now+base+60000
 }
 
 type naiveSnap struct {

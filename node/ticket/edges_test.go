@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -118,7 +119,7 @@ func TestEncodeLongestNameOrHolder(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s %d/%d: %v", e.Op, len(c.name), len(c.holder), err)
 			}
-			if got, err := DecodeEntry(b); err != nil || got != e {
+			if got, err := DecodeEntry(b); err != nil || !reflect.DeepEqual(got, e) {
 				t.Fatalf("%s %d/%d: decoded %+v %v", e.Op, len(c.name), len(c.holder), got, err)
 			}
 		}
@@ -149,7 +150,7 @@ func TestEntryExpiryAtDeltaEnds(t *testing.T) {
 		if err != nil {
 			t.Fatalf("expiry with Δ %d refused: %v", d, err)
 		}
-		if got, err := DecodeEntry(b); err != nil || got != e {
+		if got, err := DecodeEntry(b); err != nil || !reflect.DeepEqual(got, e) {
 			t.Fatalf("Δ %d: decoded %+v %v", d, got, err)
 		}
 	}

@@ -11,13 +11,15 @@ import (
 )
 
 // EntryVersion is the newest log-entry format this code writes and reads.
-// Version 2 added OpRetire (SPEC §3.4), version 3 OpRevoke (SPEC §4); it
-// reads versions 1 and 2 too. Each entry is written in the oldest version
-// that has its op (versionFor), so a node of the previous release keeps
-// reading everything but the ops it does not know, and every accepted
-// entry re-encodes to the same bytes. Any other version stops the node
-// (SPEC §4: never a skip).
-const EntryVersion = 3
+// Version 2 added OpRetire (SPEC §3.4), version 3 OpRevoke (SPEC §4),
+// version 4 OpKeepAlive; it reads versions 1 to 3 too. Each entry is
+// written in the oldest version that has its op (versionFor), so a node
+// of the previous release keeps reading everything but the ops it does
+// not know, and every accepted entry re-encodes to the same bytes. Any
+// other version stops the node (SPEC §4: never a skip): a leader proposes
+// an op of a newer version only once every server of its configuration
+// says it reads that version (node/cluster/features.go).
+const EntryVersion = 4
 
 // versionFor is the version an entry with op is written in.
 func versionFor(op Op) byte {
@@ -26,6 +28,8 @@ func versionFor(op Op) byte {
 		return 2
 	case OpRevoke:
 		return 3
+	case OpKeepAlive:
+		return 4
 	}
 	return 1
 }
@@ -46,7 +50,15 @@ const (
 	// OpRevoke is an administrator's Revoke (SPEC §4): the holder can no
 	// longer Renew; the ticket frees at its expiry (entry version 3).
 	OpRevoke Op = 7
+	// OpKeepAlive renews many tickets in one entry (entry version 4): its
+	// items apply in order, each exactly as a Renew entry with the
+	// entry's now and receive time would (SPEC §4), each with its own
+	// result.
+	OpKeepAlive Op = 8
 )
+
+// MaxKeepAliveItems is the most renewals one OpKeepAlive entry carries.
+const MaxKeepAliveItems = 1024
 
 func (o Op) String() string {
 	switch o {
@@ -64,6 +76,8 @@ func (o Op) String() string {
 		return "retire"
 	case OpRevoke:
 		return "revoke"
+	case OpKeepAlive:
+		return "keepalive"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
@@ -102,6 +116,7 @@ func entryErr(kind error, format string, args ...any) *DecodeError {
 //	Expire  Name Token
 //	Retire  NodeID
 //	Revoke  Name Token (0: whoever holds it at the entry's now)
+//	KeepAlive RecvMs Items (each: Name Holder Token LeaseS ExpiryMs)
 //
 // NowMs is the proposer's wall time in ms: rounded up for Grant and Renew,
 // rounded down for Expire and Revoke. RecvMs is the wall ms (rounded down) at which the
@@ -119,6 +134,21 @@ type Entry struct {
 	RecvMs   uint64
 	ExpiryMs uint64
 	NodeID   string // Retire: the retired NodeId
+	// Items are a KeepAlive's renewals, in the order they apply; every
+	// other op has none.
+	Items []RenewItem
+}
+
+// RenewItem is one renewal of a KeepAlive entry: the fields of a Renew
+// entry that are not the entry's own (its now and receive time are).
+// ExpiryMs = the entry's now + LeaseS×1000 + Δ, computed once by the
+// proposer and carried absolute, as a Renew's.
+type RenewItem struct {
+	Name     string
+	Holder   string
+	Token    uint64
+	LeaseS   uint8
+	ExpiryMs uint64
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -140,6 +170,9 @@ func ExpiryFor(nowMs uint64, leaseS uint8, deltaMs uint64) (uint64, bool) {
 // Validate checks an entry's fields against SPEC §4 (names, holders,
 // lease, Δ range, token, time relations). Encode and Decode both use it.
 func (e *Entry) Validate() error {
+	if len(e.Items) > 0 && e.Op != OpKeepAlive {
+		return fmt.Errorf("%s carries no renewal items", e.Op)
+	}
 	switch e.Op {
 	case OpInit:
 		if protocol.ValidateDelta(e.DeltaMs) != nil {
@@ -150,6 +183,8 @@ func (e *Entry) Validate() error {
 		return ValidNodeID(e.NodeID)
 	case OpRevoke:
 		return ValidName(e.Name)
+	case OpKeepAlive:
+		return e.validateKeepAlive()
 	case OpGrant, OpRenew, OpRelease, OpExpire:
 	default:
 		return fmt.Errorf("unknown op %d", uint8(e.Op))
@@ -166,22 +201,64 @@ func (e *Entry) Validate() error {
 		return fmt.Errorf("%s needs a token ≥ 1", e.Op)
 	}
 	if e.Op == OpGrant || e.Op == OpRenew {
-		if err := ValidLease(int64(e.LeaseS)); err != nil {
-			return err
-		}
 		if e.RecvMs > e.NowMs {
 			return fmt.Errorf("recv_ms %d is after now_ms %d", e.RecvMs, e.NowMs)
 		}
-		lo, ok1 := ExpiryFor(e.NowMs, e.LeaseS, 2)
-		hi, ok2 := ExpiryFor(e.NowMs, e.LeaseS, protocol.MaxDeltaMs)
-		if !ok1 || !ok2 {
-			return fmt.Errorf("now_ms %d overflows with the lease", e.NowMs)
-		}
-		if e.ExpiryMs < lo || e.ExpiryMs > hi {
-			return fmt.Errorf("expiry_ms %d is not now_ms %d + lease + Δ (Δ in 2..=60000)", e.ExpiryMs, e.NowMs)
+		return validLeaseExpiry(e.NowMs, e.LeaseS, e.ExpiryMs)
+	}
+	return nil
+}
+
+// validLeaseExpiry checks a Grant's or Renew's lease and that its expiry
+// is now + lease_s×1000 + some Δ in 2..=60000.
+func validLeaseExpiry(nowMs uint64, leaseS uint8, expiryMs uint64) error {
+	if err := ValidLease(int64(leaseS)); err != nil {
+		return err
+	}
+	lo, ok1 := ExpiryFor(nowMs, leaseS, 2)
+	hi, ok2 := ExpiryFor(nowMs, leaseS, protocol.MaxDeltaMs)
+	if !ok1 || !ok2 {
+		return fmt.Errorf("now_ms %d overflows with the lease", nowMs)
+	}
+	if expiryMs < lo || expiryMs > hi {
+		return fmt.Errorf("expiry_ms %d is not now_ms %d + lease + Δ (Δ in 2..=60000)", expiryMs, nowMs)
+	}
+	return nil
+}
+
+// validateKeepAlive checks a KeepAlive: 1..=MaxKeepAliveItems items, each
+// valid as a Renew entry with the entry's now and receive time would be;
+// the fields of a single-ticket op stay empty.
+func (e *Entry) validateKeepAlive() error {
+	if n := len(e.Items); n < 1 || n > MaxKeepAliveItems {
+		return fmt.Errorf("keepalive carries %d items; want 1..=%d", n, MaxKeepAliveItems)
+	}
+	if e.Name != "" || e.Holder != "" || e.Token != 0 || e.LeaseS != 0 || e.ExpiryMs != 0 || e.DeltaMs != 0 || e.NodeID != "" {
+		return errors.New("keepalive carries its tickets in its items only")
+	}
+	if e.RecvMs > e.NowMs {
+		return fmt.Errorf("recv_ms %d is after now_ms %d", e.RecvMs, e.NowMs)
+	}
+	for i := range e.Items {
+		if err := e.Items[i].validate(e.NowMs); err != nil {
+			return fmt.Errorf("item %d: %w", i, err)
 		}
 	}
 	return nil
+}
+
+// validate checks one renewal of a KeepAlive whose now is nowMs.
+func (it *RenewItem) validate(nowMs uint64) error {
+	if err := ValidName(it.Name); err != nil {
+		return err
+	}
+	if err := ValidHolder(it.Holder); err != nil {
+		return err
+	}
+	if it.Token == 0 {
+		return errors.New("renew needs a token ≥ 1")
+	}
+	return validLeaseExpiry(nowMs, it.LeaseS, it.ExpiryMs)
 }
 
 // EncodeEntry returns the versioned, checksummed bytes of e. It refuses an
@@ -190,8 +267,16 @@ func EncodeEntry(e *Entry) ([]byte, error) {
 	if err := e.Validate(); err != nil {
 		return nil, fmt.Errorf("ticket: encode %s: %w", e.Op, err)
 	}
-	return appendEntry(make([]byte, 0, 64+len(e.Name)+len(e.Holder)), e), nil
+	size := 64 + len(e.Name) + len(e.Holder)
+	for i := range e.Items {
+		size += keepAliveItemFixed + len(e.Items[i].Name) + len(e.Items[i].Holder)
+	}
+	return appendEntry(make([]byte, 0, size), e), nil
 }
+
+// keepAliveItemFixed is an item's size in a KeepAlive without its name's
+// and holder's bytes: their length bytes, token, lease, expiry.
+const keepAliveItemFixed = 1 + 1 + 8 + 1 + 8
 
 func appendEntry(b []byte, e *Entry) []byte {
 	start := len(b)
@@ -225,6 +310,17 @@ func appendEntry(b []byte, e *Entry) []byte {
 	case OpRevoke:
 		b = appendStr(b, e.Name)
 		b = binary.BigEndian.AppendUint64(b, e.Token)
+	case OpKeepAlive:
+		b = binary.BigEndian.AppendUint64(b, e.RecvMs)
+		b = binary.BigEndian.AppendUint16(b, uint16(len(e.Items)))
+		for i := range e.Items {
+			it := &e.Items[i]
+			b = appendStr(b, it.Name)
+			b = appendStr(b, it.Holder)
+			b = binary.BigEndian.AppendUint64(b, it.Token)
+			b = append(b, it.LeaseS)
+			b = binary.BigEndian.AppendUint64(b, it.ExpiryMs)
+		}
 	}
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
 }
@@ -270,6 +366,24 @@ func DecodeEntry(b []byte) (Entry, error) {
 		e.NodeID = r.str()
 	case OpRevoke:
 		e.Name, e.Token = r.str(), r.u64()
+	case OpKeepAlive:
+		e.RecvMs = r.u64()
+		n := int(r.u16())
+		// Every item takes at least keepAliveItemFixed bytes: a count the
+		// body cannot hold is refused before anything is allocated for it.
+		switch {
+		case r.short:
+			return Entry{}, entryErr(ErrFormat, "%s body is truncated", e.Op)
+		case n < 1 || n > MaxKeepAliveItems:
+			return Entry{}, entryErr(ErrFormat, "keepalive carries %d items; want 1..=%d", n, MaxKeepAliveItems)
+		case n*keepAliveItemFixed > len(r.b):
+			return Entry{}, entryErr(ErrFormat, "%s body is truncated", e.Op)
+		}
+		e.Items = make([]RenewItem, n)
+		for i := range e.Items {
+			it := &e.Items[i]
+			it.Name, it.Holder, it.Token, it.LeaseS, it.ExpiryMs = r.str(), r.str(), r.u64(), r.u8(), r.u64()
+		}
 	default:
 		return Entry{}, entryErr(ErrFormat, "unknown op %d", body[1])
 	}
@@ -307,6 +421,13 @@ func (r *reader) take(n int) []byte {
 func (r *reader) u8() uint8 {
 	if v := r.take(1); v != nil {
 		return v[0]
+	}
+	return 0
+}
+
+func (r *reader) u16() uint16 {
+	if v := r.take(2); v != nil {
+		return binary.BigEndian.Uint16(v)
 	}
 	return 0
 }

@@ -3,6 +3,7 @@ package ticket
 import (
 	"bytes"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -33,7 +34,7 @@ func TestEntryRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: decode: %v", e.Op, err)
 		}
-		if got != e {
+		if !reflect.DeepEqual(got, e) {
 			t.Fatalf("%s: round trip\n got %+v\nwant %+v", e.Op, got, e)
 		}
 		again, _ := EncodeEntry(&got)
@@ -61,7 +62,8 @@ func TestDecodeEntryRefuses(t *testing.T) {
 	}{
 		{"empty", nil, ErrFormat, "empty"},
 		{"version 0", edit(func(b []byte) []byte { b[0] = 0; return reseal(b) }), ErrVersion, "version 0"},
-		{"version 4", edit(func(b []byte) []byte { b[0] = 4; return reseal(b) }), ErrVersion, "version 4"},
+		{"version 5", edit(func(b []byte) []byte { b[0] = 5; return reseal(b) }), ErrVersion, "version 5"},
+		{"grant as version 4", edit(func(b []byte) []byte { b[0] = 4; return reseal(b) }), ErrFormat, "grant is a version-1 entry"},
 		{"grant as version 3", edit(func(b []byte) []byte { b[0] = 3; return reseal(b) }), ErrFormat, "grant is a version-1 entry"},
 		{"grant as version 2", edit(func(b []byte) []byte { b[0] = 2; return reseal(b) }), ErrFormat, "grant is a version-1 entry"},
 		{"version 9 unsealed", edit(func(b []byte) []byte { b[0] = 9; return b }), ErrVersion, "version 9"},

@@ -1,6 +1,9 @@
 package ticket
 
-import "sort"
+import (
+	"slices"
+	"sort"
+)
 
 // The fates of recent entries: a proposer whose leadership was lost with
 // its entry in flight (node/consensus) learns afterwards what this FSM
@@ -15,6 +18,13 @@ import "sort"
 // a few thousand entries cover any delay of its goroutine at the
 // cluster's throughput.
 const fateRingLen = 4096
+
+// fateItemBudget bounds the KeepAlive item results the ring keeps (each
+// holds a ticket): the oldest fates are forgotten until the ring holds
+// at most this many, so 4,096 KeepAlives of a thousand items each never
+// pin millions of results; a few seconds of renewals at any rate this
+// node sustains stay known.
+const fateItemBudget = 1 << 16
 
 // FateKind is what the FSM knows of the log entry at an index.
 type FateKind uint8
@@ -46,14 +56,17 @@ type appliedEntry struct {
 	res         Result
 }
 
-// fates is the ring (guarded by FSM.mu). Every command applied at an
-// index in [from, last] is in ring; from == 0: none is known.
+// fates is the ring (guarded by FSM.mu): n entries from ring[head],
+// ascending by index, wrapping around. Every command applied at an index
+// in [from, last] is in it; from == 0: none is known.
 type fates struct {
-	ring []appliedEntry // ascending by index from head once full
-	head int            // oldest entry once len(ring) == fateRingLen
-	from uint64
-	last uint64
-	wake chan struct{} // closed and cleared at the next change; nil when nobody waits
+	ring  []appliedEntry // grows up to fateRingLen
+	head  int
+	n     int
+	items int // len(res.Items) summed over the ring
+	from  uint64
+	last  uint64
+	wake  chan struct{} // closed and cleared at the next change; nil when nobody waits
 }
 
 // record notes the command applied at index in term with its result;
@@ -66,22 +79,40 @@ func (r *fates) record(index, term uint64, res Result) {
 	if r.from == 0 {
 		r.from = index
 	}
-	e := appliedEntry{index: index, term: term, res: res}
-	if len(r.ring) < fateRingLen {
-		r.ring = append(r.ring, e)
-	} else {
-		r.from = r.ring[r.head].index + 1 // the oldest is forgotten
-		r.ring[r.head] = e
-		r.head = (r.head + 1) % fateRingLen
+	if r.n == len(r.ring) {
+		if len(r.ring) == fateRingLen {
+			r.forget() // the oldest makes room
+		} else {
+			if r.head != 0 { // wrapped after a forget: in order from 0 first
+				r.ring, r.head = slices.Concat(r.ring[r.head:], r.ring[:r.head]), 0
+			}
+			r.ring = append(r.ring, appliedEntry{})
+		}
+	}
+	*r.at(r.n) = appliedEntry{index: index, term: term, res: res}
+	r.n++
+	r.items += len(res.Items)
+	for r.items > fateItemBudget && r.n > 1 {
+		r.forget()
 	}
 	r.last = index
 	r.woke()
 }
 
+// forget drops the oldest fate.
+func (r *fates) forget() {
+	old := r.at(0)
+	r.from = old.index + 1
+	r.items -= len(old.res.Items)
+	*old = appliedEntry{} // its result's tickets are not kept alive
+	r.head = (r.head + 1) % len(r.ring)
+	r.n--
+}
+
 // reset forgets every fate (a Restore, an entry applied without its term).
 func (r *fates) reset() {
 	clear(r.ring) // the results' tickets are not kept alive
-	r.ring, r.head, r.from, r.last = r.ring[:0], 0, 0, 0
+	r.ring, r.head, r.n, r.items, r.from, r.last = r.ring[:0], 0, 0, 0, 0, 0
 	r.woke()
 }
 
@@ -99,7 +130,7 @@ func (r *fates) at(i int) *appliedEntry {
 // lookup answers for index; applied is the FSM's last applied command
 // index.
 func (r *fates) lookup(index, applied uint64) Fate {
-	n := len(r.ring)
+	n := r.n
 	i := sort.Search(n, func(i int) bool { return r.at(i).index >= index })
 	switch {
 	case i < n && r.at(i).index == index:

@@ -68,6 +68,9 @@ type Result struct {
 	Code   Code
 	Ticket Ticket
 	Err    error // set with CodeFatal
+	// Items are a KeepAlive's results (Code OK), one per item in order:
+	// each what a Renew entry of that item would have returned.
+	Items []Result
 }
 
 // Errors that stop the node. They wrap through *ApplyError and *RestoreError.
@@ -247,7 +250,7 @@ func (f *FSM) apply(index uint64, e *Entry) Result {
 	cur := f.lookup(e.Name)
 	switch e.Op {
 	case OpGrant:
-		if r, ok := f.checkExpiry(e); !ok {
+		if r, ok := f.checkExpiry(e.NowMs, e.LeaseS, e.ExpiryMs); !ok {
 			return r
 		}
 		if cur != nil && cur.ExpiryMs > e.NowMs {
@@ -280,28 +283,18 @@ func (f *FSM) apply(index uint64, e *Entry) Result {
 		f.changed(e.Name)
 		return Result{Code: CodeOK, Ticket: t}
 	case OpRenew:
-		if r, ok := f.checkHolder(cur, e); !ok {
-			return r
+		return f.renew(index, e.NowMs, e.RecvMs, cur, &RenewItem{Name: e.Name, Holder: e.Holder, Token: e.Token, LeaseS: e.LeaseS, ExpiryMs: e.ExpiryMs})
+	case OpKeepAlive:
+		// Each item as a Renew entry of its own with the entry's now,
+		// one after another: a later item sees what an earlier one did.
+		items := make([]Result, len(e.Items))
+		for i := range e.Items {
+			it := &e.Items[i]
+			items[i] = f.renew(index, e.NowMs, e.RecvMs, f.lookup(it.Name), it)
 		}
-		if cur.Revoked {
-			return Result{Code: CodeRevoked, Ticket: cur.Ticket}
-		}
-		if e.NowMs >= cur.ExpiryMs {
-			return Result{Code: CodeLeaseOver, Ticket: cur.Ticket}
-		}
-		if r, ok := f.checkExpiry(e); !ok {
-			return r
-		}
-		cur = f.writable(cur)
-		cur.LeaseS = e.LeaseS
-		cur.ValidBeforeMs = e.RecvMs + uint64(e.LeaseS)*1000
-		cur.ExpiryMs = e.ExpiryMs
-		cur.mod = index
-		f.fix(cur.hidx)
-		f.changed(e.Name)
-		return Result{Code: CodeOK, Ticket: cur.Ticket}
+		return Result{Code: CodeOK, Items: items}
 	case OpRelease:
-		if r, ok := f.checkHolder(cur, e); !ok {
+		if r, ok := f.checkHolder(cur, e.Holder, e.Token); !ok {
 			return r
 		}
 		f.remove(cur)
@@ -341,23 +334,49 @@ func (f *FSM) apply(index uint64, e *Entry) Result {
 	return f.fail(&ApplyError{Index: index, Err: fmt.Errorf("%w: op %d", ErrFormat, e.Op)})
 }
 
-func (f *FSM) checkExpiry(e *Entry) (Result, bool) {
+// renew applies one renewal (a Renew entry, or an item of a KeepAlive)
+// at index with the entry's now and receive time; cur is the ticket
+// called it.Name, or nil.
+func (f *FSM) renew(index, nowMs, recvMs uint64, cur *item, it *RenewItem) Result {
+	if r, ok := f.checkHolder(cur, it.Holder, it.Token); !ok {
+		return r
+	}
+	if cur.Revoked {
+		return Result{Code: CodeRevoked, Ticket: cur.Ticket}
+	}
+	if nowMs >= cur.ExpiryMs {
+		return Result{Code: CodeLeaseOver, Ticket: cur.Ticket}
+	}
+	if r, ok := f.checkExpiry(nowMs, it.LeaseS, it.ExpiryMs); !ok {
+		return r
+	}
+	cur = f.writable(cur)
+	cur.LeaseS = it.LeaseS
+	cur.ValidBeforeMs = recvMs + uint64(it.LeaseS)*1000
+	cur.ExpiryMs = it.ExpiryMs
+	cur.mod = index
+	f.fix(cur.hidx)
+	f.changed(it.Name)
+	return Result{Code: CodeOK, Ticket: cur.Ticket}
+}
+
+func (f *FSM) checkExpiry(nowMs uint64, leaseS uint8, expiryMs uint64) (Result, bool) {
 	if f.delta == 0 {
 		return Result{Code: CodeNoDelta}, false
 	}
-	if want, ok := ExpiryFor(e.NowMs, e.LeaseS, f.delta); !ok || want != e.ExpiryMs {
+	if want, ok := ExpiryFor(nowMs, leaseS, f.delta); !ok || want != expiryMs {
 		return Result{Code: CodeBadExpiry}, false
 	}
 	return Result{}, true
 }
 
-func (f *FSM) checkHolder(cur *item, e *Entry) (Result, bool) {
+func (f *FSM) checkHolder(cur *item, holder string, token uint64) (Result, bool) {
 	switch {
 	case cur == nil:
 		return Result{Code: CodeNotHeld}, false
-	case cur.Holder != e.Holder:
+	case cur.Holder != holder:
 		return Result{Code: CodeWrongHolder, Ticket: cur.Ticket}, false
-	case cur.Token != e.Token:
+	case cur.Token != token:
 		return Result{Code: CodeWrongToken, Ticket: cur.Ticket}, false
 	}
 	return Result{}, true

@@ -197,6 +197,37 @@ func TestFSMModel(t *testing.T) {
 				run(rt, Entry{Op: OpRenew, NowMs: n, RecvMs: n, Name: name, Holder: holder, Token: tokenFor(rt, name),
 					LeaseS: lease, ExpiryMs: n + 1000*uint64(lease) + testDelta})
 			},
+			// A KeepAlive: the model applies its items as Renews, one
+			// after another with the entry's now (SPEC §4).
+			"keepalive": func(rt *rapid.T) {
+				n := entryNow(rt)
+				items := make([]RenewItem, rapid.IntRange(1, 4).Draw(rt, "items"))
+				for i := range items {
+					name := rapid.SampledFrom(names).Draw(rt, "name")
+					holder := rapid.SampledFrom(holders).Draw(rt, "holder")
+					if cur, ok := m.tickets[name]; ok && rapid.Bool().Draw(rt, "own") {
+						holder = cur.Holder
+					}
+					lease := uint8(rapid.IntRange(1, 6).Draw(rt, "lease"))
+					items[i] = RenewItem{Name: name, Holder: holder, Token: tokenFor(rt, name), LeaseS: lease, ExpiryMs: n + 1000*uint64(lease) + testDelta}
+				}
+				before := maps.Clone(m.tickets)
+				h.gap = 1
+				r := h.apply(&Entry{Op: OpKeepAlive, NowMs: n, RecvMs: n, Items: items})
+				if r.Code != CodeOK || len(r.Items) != len(items) {
+					rt.Fatalf("keepalive: %v with %d results for %d items", r.Code, len(r.Items), len(items))
+				}
+				for i, it := range items {
+					want := m.step(h.idx, Entry{Op: OpRenew, NowMs: n, RecvMs: n, Name: it.Name, Holder: it.Holder, Token: it.Token, LeaseS: it.LeaseS, ExpiryMs: it.ExpiryMs})
+					if r.Items[i].Code != want {
+						rt.Fatalf("keepalive item %d %+v: FSM %v, model %v", i, it, r.Items[i].Code, want)
+					}
+					if old, ok := before[it.Name]; ok && old.Revoked && want == CodeOK {
+						rt.Fatalf("revoked %s renewed by a keepalive", it.Name)
+					}
+				}
+				compare(rt, h.f, m)
+			},
 			"release": func(rt *rapid.T) {
 				name := rapid.SampledFrom(names).Draw(rt, "name")
 				holder := rapid.SampledFrom(holders).Draw(rt, "holder")

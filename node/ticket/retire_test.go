@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -43,7 +44,7 @@ func TestRetireEntryFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := DecodeEntry(b)
-	if err != nil || got != e {
+	if err != nil || !reflect.DeepEqual(got, e) {
 		t.Fatalf("round trip: %+v, %v", got, err)
 	}
 	v1 := append([]byte(nil), b...)
