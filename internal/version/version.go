@@ -32,15 +32,27 @@ func Format(name string, bi *debug.BuildInfo) string {
 	if v == "" {
 		v = "(devel)"
 	}
-	var rev, modified string
+	rev, mod := revisionOf(bi)
+	modified := ""
+	if mod {
+		modified = ", modified"
+	}
+	parts := []string{"revision " + rev + modified}
+	if bi.GoVersion != "" {
+		parts = append(parts, bi.GoVersion)
+	}
+	return name + " " + v + " (" + strings.Join(parts, ", ") + ")"
+}
+
+// revisionOf is bi's VCS revision (else the linker's Revision, else
+// "unknown") and whether the tree was modified.
+func revisionOf(bi *debug.BuildInfo) (rev string, modified bool) {
 	for _, s := range bi.Settings {
 		switch s.Key {
 		case "vcs.revision":
 			rev = s.Value
 		case "vcs.modified":
-			if s.Value == "true" {
-				modified = ", modified"
-			}
+			modified = s.Value == "true"
 		}
 	}
 	if rev == "" {
@@ -49,9 +61,21 @@ func Format(name string, bi *debug.BuildInfo) string {
 	if rev == "" {
 		rev = "unknown"
 	}
-	parts := []string{"revision " + rev + modified}
-	if bi.GoVersion != "" {
-		parts = append(parts, bi.GoVersion)
+	return rev, modified
+}
+
+// Rev is the running binary's revision as Format says it ("unknown"
+// when neither the build info nor the linker has one), with "-modified"
+// after it for a modified tree: for places with no room for String's
+// text (a node's gossip metadata).
+func Rev() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
 	}
-	return name + " " + v + " (" + strings.Join(parts, ", ") + ")"
+	rev, modified := revisionOf(bi)
+	if modified {
+		rev += "-modified"
+	}
+	return rev
 }

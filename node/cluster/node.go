@@ -45,6 +45,10 @@ type Tuning struct {
 	Window     time.Duration           // bootstrap stability window
 	StableFor  time.Duration           // how long a non-voter stays caught up before promotion
 	Timing     *consensus.Timing       // Raft's timeouts (nil: consensus.ClusterTiming)
+	// SoftwareVersion replaces the advertised software version (with it
+	// the log-entry versions the node says it reads, features.go): a
+	// node of an earlier release, as its peers see it.
+	SoftwareVersion string
 }
 
 // Node is the cluster half of a ticketd node: its mesh, membership and
@@ -86,6 +90,8 @@ type Node struct {
 	bounds boundHistory // members' advertised clock bounds (boundhistory.go)
 
 	handedOff atomic.Bool // a stop transferred leadership (HandOff; tests read it)
+
+	features entryFeatures // which log entries every server reads (features.go)
 
 	// keepGossip: this node stops as a voter of the configuration (set by
 	// noteStop before Raft closes): it ends its gossip without a leave
@@ -353,6 +359,10 @@ func (cl *Node) meta() membership.Meta {
 		NodeID: cfg.Name, MeshAddr: cl.mesh.Addr(), DeltaMs: uint16(cl.opts.DeltaMs), ProtocolVersion: protocol.Version,
 		RaftEligible: cl.Eligible(), RaftPriority: int32(cfg.Raft.Priority), Role: cl.role(),
 		FailureDomain: cfg.FailureDomain, BootstrapExpect: uint8(cfg.Raft.BootstrapExpect), DataDirOK: true,
+		Version: softwareVersion(),
+	}
+	if t := cl.opts.Tuning; t != nil && t.SoftwareVersion != "" {
+		m.Version = t.SoftwareVersion
 	}
 	copy(m.PublicKey[:], cl.key.Public().(ed25519.PublicKey))
 	cl.clockMeta(&m)

@@ -321,3 +321,46 @@ func BenchmarkMetaEncodeSigned(b *testing.B) {
 		}
 	}
 }
+
+// A node says in its signed software version which log-entry formats it
+// reads; a release from before the marker says nothing (0), and so does
+// a malformed marker. The marker survives Encode and Decode, and the
+// version stays within the field's bounds whatever the revision.
+func TestEntryVersionMarker(t *testing.T) {
+	for v, want := range map[string]int{
+		"":                           0,
+		"0.1.0-dev":                  0,
+		"abc123+entries.4":           4,
+		"+entries.12":                12,
+		"rev+entries.4+entries.5":    5,
+		"rev+entries.":               0,
+		"rev+entries.x":              0,
+		"rev+entries.0":              0,
+		"rev+entries.4x":             0,
+		"rev+entries.-4":             0,
+		"rev+entries.99999999999999": 0,
+	} {
+		m := Meta{Version: v}
+		if got := m.EntryVersion(); got != want {
+			t.Errorf("EntryVersion of %q = %d, want %d", v, got, want)
+		}
+	}
+	for _, rev := range []string{"", "unknown", "rolling-upgrade-build", "with space\tand tab", strings.Repeat("r", 100)} {
+		m := sampleMeta()
+		m.Version = SoftwareVersion(rev, 4)
+		if len(m.Version) > MaxVersionLen || m.EntryVersion() != 4 {
+			t.Fatalf("SoftwareVersion(%q) = %q (%d bytes), entries %d", rev, m.Version, len(m.Version), m.EntryVersion())
+		}
+		if len(rev) < 40 && !strings.HasPrefix(m.Version, strings.NewReplacer(" ", "_", "\t", "_").Replace(rev)) {
+			t.Fatalf("SoftwareVersion(%q) = %q lost the revision", rev, m.Version)
+		}
+		b, err := Encode(m, sampleKey())
+		if err != nil {
+			t.Fatalf("encode %q: %v", m.Version, err)
+		}
+		back, err := Decode(b, samplePub())
+		if err != nil || back.EntryVersion() != 4 {
+			t.Fatalf("decode: %v, entries %d", err, back.EntryVersion())
+		}
+	}
+}
