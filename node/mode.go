@@ -66,6 +66,9 @@ type mode interface {
 	forwardsTo() string
 	// aliveNodes counts the cluster's alive members, this node included.
 	aliveNodes() int
+	// keepAliveEntries: this leader may propose KeepAlive entries (entry
+	// version 4) — every server of its configuration reads them.
+	keepAliveEntries() bool
 
 	// The admin API (SPEC §5): the members, health, leadership
 	// transfer, removal and replacement, and the refusal of an admin
@@ -156,6 +159,11 @@ func (singleMode) route() (cluster.Tickets, bool) { return nil, false }
 func (singleMode) forwardsTo() string             { return "" }
 func (singleMode) aliveNodes() int                { return 1 }
 func (singleMode) notLeader(what string) error    { return nil }
+
+// keepAliveEntries: a single node has no server of another release (its
+// own data dir, restarted on an earlier release, stops at the first
+// KeepAlive it replays: docs/operations.md, Upgrading).
+func (singleMode) keepAliveEntries() bool { return true }
 
 // members is the Raft configuration: this node.
 func (s singleMode) members() (wire.Members, error) {

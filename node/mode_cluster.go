@@ -106,6 +106,7 @@ func (m clusterMode) gossipOnly() bool               { return !m.cl.Eligible() }
 func (m clusterMode) route() (cluster.Tickets, bool) { return m.cl.Route() }
 func (m clusterMode) forwardsTo() string             { return m.cl.ForwardsTo() }
 func (m clusterMode) aliveNodes() int                { return m.cl.AliveNodes() }
+func (m clusterMode) keepAliveEntries() bool         { return m.cl.KeepAliveEntries() }
 func (m clusterMode) members() (wire.Members, error) { return m.cl.Members() }
 
 func (m clusterMode) health(ctx context.Context) (wire.ClusterHealth, error) {

@@ -20,9 +20,13 @@ import (
 // goes through exactly the path of its single endpoint: the same
 // validation, the same Backend.Write (clock check per proposal, its own
 // Raft entry, forwarding from a follower, the unknown-outcome mapping) and
-// the same answer, status and JSON body. The ops run concurrently; their
-// order of application is unspecified, as for concurrent single requests.
-// The results come back in the order of the ops.
+// the same answer, status and JSON body — but for the renew ops of a
+// Backend that is a Renewer: those go to Renews together (a leader
+// proposes them as KeepAlive entries, many renewals an entry: keeping
+// millions of tickets alive takes that many renewals per lease), each
+// still answered as its single endpoint would. The ops run concurrently;
+// their order of application is unspecified, as for concurrent single
+// requests. The results come back in the order of the ops.
 
 // MaxBatchOps is the most ops one batch may carry.
 const MaxBatchOps = wire.MaxBatchOps
@@ -278,9 +282,12 @@ func (s *server) batch(w http.ResponseWriter, r *http.Request, body []byte) stri
 	}
 	s.m.BatchOps(len(ops))
 	answers := make([]answer, len(ops))
+	renewer, _ := s.b.(Renewer)
+	var renews []int // the ops given to Renews
+	var renewWrites []Write
 	var wg sync.WaitGroup
+	start := time.Now()
 	for i := range ops {
-		start := time.Now()
 		op, wr, berr := ops[i].decode()
 		if berr != nil {
 			answers[i] = s.errAnswer(berr)
@@ -289,9 +296,27 @@ func (s *server) batch(w http.ResponseWriter, r *http.Request, body []byte) stri
 			}
 			continue
 		}
+		if renewer != nil && wr.Op == ticket.OpRenew {
+			renews = append(renews, i)
+			renewWrites = append(renewWrites, wr)
+			continue
+		}
 		wg.Go(func() {
 			answers[i] = s.apply(r.Context(), wr)
 			s.m.Observe(op, answers[i].label, time.Since(start))
+		})
+	}
+	if len(renews) > 0 {
+		wg.Go(func() {
+			outs := renewer.Renews(r.Context(), renewWrites)
+			for j, i := range renews {
+				o := Outcome{Err: errors.New("internal: no outcome for this renewal")}
+				if j < len(outs) {
+					o = outs[j]
+				}
+				answers[i] = s.writtenAnswer(renewWrites[j], o.Written, o.Err)
+				s.m.Observe("renew", answers[i].label, time.Since(start))
+			}
 		})
 	}
 	wg.Wait()

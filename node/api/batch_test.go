@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -78,9 +79,56 @@ func single(h *server, op, name, body string) (int, string) {
 // Each op of a batch gets exactly the answer (status and JSON body) its
 // single endpoint gives, in order, whatever mix of outcomes the batch
 // holds; a bad op is its own 400 and reaches no Backend method.
+// With a Backend that is a Renewer, the renew ops (only the good ones)
+// go to one Renews call, in order, and are answered from its outcomes
+// exactly as their single endpoints answer.
 func TestBatchAnswersAsTheSingleEndpoints(t *testing.T) {
-	b := &scriptBackend{}
-	h := NewHandler(Options{Backend: b}).(*server)
+	t.Run("writes", func(t *testing.T) { batchAsSingles(t, &scriptBackend{}, nil) })
+	r := &renewingBackend{}
+	t.Run("renewer", func(t *testing.T) { batchAsSingles(t, &r.scriptBackend, r) })
+	if len(r.calls) != 1 {
+		t.Fatalf("%d Renews calls for one batch, want 1", len(r.calls))
+	}
+	var got []string
+	for _, w := range r.calls[0] {
+		if w.Op != ticket.OpRenew {
+			t.Fatalf("Renews was given a %s", w.Op)
+		}
+		got = append(got, w.Name)
+	}
+	var want []string
+	for holder := range scripted {
+		want = append(want, "r-"+holder)
+	}
+	slices.Sort(want)
+	if slices.Sort(got); !slices.Equal(got, want) {
+		t.Fatalf("Renews was given %v, want the good renew ops %v", got, want)
+	}
+}
+
+// renewingBackend is a scriptBackend that is a Renewer: each renewal's
+// outcome is the script's, the calls are recorded.
+type renewingBackend struct {
+	scriptBackend
+	calls [][]Write
+}
+
+func (b *renewingBackend) Renews(ctx context.Context, ws []Write) []Outcome {
+	b.mu.Lock()
+	b.calls = append(b.calls, slices.Clone(ws))
+	b.mu.Unlock()
+	out := make([]Outcome, len(ws))
+	for i, w := range ws {
+		out[i].Written, out[i].Err = b.Write(ctx, w)
+	}
+	return out
+}
+
+func batchAsSingles(t *testing.T, b *scriptBackend, backend Backend) {
+	if backend == nil {
+		backend = b
+	}
+	h := NewHandler(Options{Backend: backend}).(*server)
 	type op struct{ op, name, body string }
 	var ops []op
 	for holder := range scripted {

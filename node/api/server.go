@@ -115,6 +115,22 @@ type HealthReporter interface {
 	ClusterHealth(ctx context.Context) (wire.ClusterHealth, error)
 }
 
+// Renewer is an optional Tickets behaviour: Renews proposes renewals
+// (Writes of op OpRenew) together — on a leader as KeepAlive entries,
+// many renewals an entry — and returns, in order, each one's outcome:
+// what Write would have returned for it alone. POST /v1/batch gives it
+// the renew ops of a request; a Backend without it gets them one Write
+// each.
+type Renewer interface {
+	Renews(ctx context.Context, ws []Write) []Outcome
+}
+
+// Outcome is one Write's outcome in Renews: Err, or else Written.
+type Outcome struct {
+	Written Written
+	Err     error
+}
+
 // LeaderHinter is an optional Backend behaviour: ForwardsTo is the
 // leader's NodeId when ticket ops arriving now are forwarded to it, ""
 // when this node serves them itself (or cannot forward). The answers to
@@ -667,6 +683,11 @@ type answer struct {
 // to its answer: one mapping for single requests and batch ops.
 func (s *server) apply(ctx context.Context, wr Write) answer {
 	out, werr := s.b.Write(ctx, wr)
+	return s.writtenAnswer(wr, out, werr)
+}
+
+// writtenAnswer is the answer to wr whose Write returned out and werr.
+func (s *server) writtenAnswer(wr Write, out Written, werr error) answer {
 	if werr != nil {
 		return s.errAnswer(werr)
 	}
