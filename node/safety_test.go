@@ -284,14 +284,20 @@ func (r *safetyRig) transfer(to string) {
 	if l == "" || l == to {
 		return
 	}
-	rf := r.member(l).n.raft()
-	cf := rf.GetConfiguration()
+	c := r.member(l).n.cons.Load()
+	if c == nil {
+		return
+	}
+	cf := c.Raft().GetConfiguration()
 	if cf.Error() != nil {
 		return
 	}
 	for _, s := range cf.Configuration().Servers {
 		if string(s.ID) == to {
-			if rf.LeadershipTransferToServer(s.ID, s.Address).Error() == nil {
+			// Through the node's guarded path (consensus.transferGuard):
+			// Raft's own, asked twice in a term to a voter whose
+			// replication is stuck, can wedge the leader (hashicorp/raft#696).
+			if f, err := c.TransferLeadership(s.ID, s.Address); err == nil && f.Error() == nil {
 				r.h.Fault("leader_transfer")
 			}
 			return

@@ -92,7 +92,17 @@ func (cl *Node) Transfer(ctx context.Context, to string) error {
 		}
 		target = raft.Server{ID: raft.ServerID(to), Address: addr}
 	}
-	return cl.awaitAdmin(ctx, startTransfer(r, target), "transfer leadership")
+	c := cl.host.Consensus()
+	if c == nil {
+		return api.Unavailable("", "raft", "transfer leadership: raft is not open")
+	}
+	f, err := c.TransferLeadership(target.ID, target.Address)
+	if errors.Is(err, consensus.ErrTransferTried) {
+		return api.Refuse(api.KindConflict, "transfer_tried", "transfer leadership: %v", err)
+	} else if err != nil {
+		return api.Unavailable("", "raft", "transfer leadership: %v", err)
+	}
+	return cl.awaitAdmin(ctx, f, "transfer leadership")
 }
 
 // remove removes a server from the Raft configuration (admin; the

@@ -36,6 +36,7 @@ import (
 	"github.com/tckclk/tckclk/node/api"
 	"github.com/tckclk/tckclk/node/cluster/membership"
 	"github.com/tckclk/tckclk/node/cluster/reconcile"
+	"github.com/tckclk/tckclk/node/consensus"
 	"github.com/tckclk/tckclk/node/datadir"
 	"github.com/tckclk/tckclk/node/stage"
 	"github.com/tckclk/tckclk/node/ticket"
@@ -96,7 +97,7 @@ func (cl *Node) ClockFailed(reason string) {
 	if rr := cl.raft(); rr != nil {
 		if rr.State() == raft.Leader {
 			cl.retireSelf()
-			cl.handOffToHealthy(rr)
+			cl.handOffToHealthy(cl.host.Consensus(), rr)
 		}
 		// consensus' Shutdown: bounded against an RPC stuck on a peer.
 		if err := cl.host.Consensus().Shutdown(); err != nil {
@@ -181,13 +182,13 @@ func healthyPeer(m membership.Member) bool {
 // handOffToHealthy hands leadership to a healthy voter, waiting at most
 // transferTimeout; the caller shuts Raft down whatever the outcome (which
 // also ends a transfer still running).
-func (cl *Node) handOffToHealthy(rr *raft.Raft) {
+func (cl *Node) handOffToHealthy(c *consensus.Raft, rr *raft.Raft) {
 	target, ok := cl.transferTarget(rr)
 	if !ok {
 		cl.log.Error("clock FAILED on the leader and no voter advertises a healthy clock: shutting Raft down without a transfer")
 		return
 	}
-	took, err := transferLeadership(rr, target, transferTimeout)
+	took, err := transferLeadership(c, target, transferTimeout)
 	switch {
 	case errors.Is(err, errTransferTimeout):
 		cl.log.Error("leadership transfer timed out; shutting Raft down anyway", "to", target.ID, "timeout", transferTimeout)

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/tckclk/tckclk/node/consensus"
 )
 
 // handOffTimeout bounds a graceful leadership transfer at shutdown.
@@ -18,7 +20,7 @@ func (cl *Node) HandOff() {
 	if r == nil || r.State() != raft.Leader || countVoters(r) < 2 {
 		return
 	}
-	took, err := transferLeadership(r, raft.Server{}, handOffTimeout)
+	took, err := transferLeadership(cl.host.Consensus(), raft.Server{}, handOffTimeout)
 	switch {
 	case errors.Is(err, errTransferTimeout):
 		cl.opts.Logger.Warn("stopping: leadership transfer did not finish in time; stopping anyway", "timeout", handOffTimeout)
@@ -50,15 +52,22 @@ func countVoters(r *raft.Raft) int {
 // still finish; a Raft shutdown ends it).
 var errTransferTimeout = errors.New("leadership transfer did not finish in time")
 
-// transferLeadership asks r, the leader, to hand its leadership to the
+// transferLeadership asks c, the leader, to hand its leadership to the
 // server to (or, with an empty to.ID, to the voter Raft picks) and waits at
-// most timeout for Raft's answer: how long it took, Raft's error, or
-// errTransferTimeout. The future's goroutine ends when Raft answers, at the
-// latest at shutdown. The one transfer of the node: a planned stop
-// (HandOff) and a leader whose clock FAILED (failed.go).
-func transferLeadership(r *raft.Raft, to raft.Server, timeout time.Duration) (time.Duration, error) {
+// most timeout for Raft's answer: how long it took, Raft's error (or
+// consensus.ErrTransferTried), or errTransferTimeout. The future's
+// goroutine ends when Raft answers, at the latest at shutdown. The one
+// transfer of the node: a planned stop (HandOff) and a leader whose clock
+// FAILED (failed.go).
+func transferLeadership(c *consensus.Raft, to raft.Server, timeout time.Duration) (time.Duration, error) {
 	start := time.Now()
-	f := startTransfer(r, to)
+	if c == nil {
+		return 0, consensus.ErrShutdown
+	}
+	f, err := c.TransferLeadership(to.ID, to.Address)
+	if err != nil {
+		return 0, err
+	}
 	done := make(chan error, 1) // buffered: the future's goroutine never blocks
 	go func() { done <- f.Error() }()
 	timer := time.NewTimer(timeout)
@@ -69,13 +78,4 @@ func transferLeadership(r *raft.Raft, to raft.Server, timeout time.Duration) (ti
 	case <-timer.C:
 		return timeout, errTransferTimeout
 	}
-}
-
-// startTransfer starts a leadership transfer to the server to, or with an
-// empty to.ID to the voter Raft picks.
-func startTransfer(r *raft.Raft, to raft.Server) raft.Future {
-	if to.ID == "" {
-		return r.LeadershipTransfer()
-	}
-	return r.LeadershipTransferToServer(to.ID, to.Address)
 }

@@ -97,7 +97,8 @@ type Raft struct {
 	unblock func()
 	log     *slog.Logger
 
-	fsm *ticket.FSM
+	fsm       *ticket.FSM
+	transfers transferGuard // one leadership transfer per voter per term (transfer.go)
 	// down is closed when Shutdown begins: a wait for an entry's fate
 	// ends then (fate.go).
 	down     chan struct{}

@@ -19,18 +19,48 @@ import (
 // entries it appends reach only the others. No pipelining.
 type holdTransport struct {
 	*raft.InmemTransport
-	mu   sync.Mutex
-	hold map[raft.ServerAddress]bool
+	mu     sync.Mutex
+	hold   map[raft.ServerAddress]bool
+	stalls map[raft.ServerAddress]chan struct{} // stall: entries block until closed
 }
 
 func (h *holdTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	h.mu.Lock()
 	held := h.hold[target] && len(args.Entries) > 0
+	stall := h.stalls[target]
 	h.mu.Unlock()
 	if held {
 		return errors.New("test: entries held back")
 	}
+	if stall != nil && len(args.Entries) > 0 {
+		<-stall
+		return errors.New("test: entries stalled")
+	}
 	return h.InmemTransport.AppendEntries(id, target, args, resp)
+}
+
+// stall makes every AppendEntries carrying entries to peer block (the
+// replication to it stuck, heartbeats still going through) until the
+// returned function is called (also at cleanup).
+func (h *holdTransport) stall(t *testing.T, peer string) (release func()) {
+	ch := make(chan struct{})
+	h.mu.Lock()
+	if h.stalls == nil {
+		h.stalls = map[raft.ServerAddress]chan struct{}{}
+	}
+	h.stalls[raft.ServerAddress(peer)] = ch
+	h.mu.Unlock()
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			h.mu.Lock()
+			delete(h.stalls, raft.ServerAddress(peer))
+			h.mu.Unlock()
+			close(ch)
+		})
+	}
+	t.Cleanup(release)
+	return release
 }
 
 func (h *holdTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
