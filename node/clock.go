@@ -93,9 +93,14 @@ func (n *server) buildMonitor(deps *Deps, env secret.Lookup, wall WallClock, mon
 	if n.guard != nil {
 		return nil
 	}
+	// The kernel's receive timestamps are CLOCK_REALTIME: only for the
+	// system clock, never for a clock a test injects (SPEC §1.1, rxstamp.go).
+	_, sysWall := wall.(*clockhealth.SystemClock)
+	_, sysMono := mono.(*clockhealth.SystemClock)
 	opts := clockhealth.Options{
 		Config: cfg.Clock, Wall: wall, Mono: mono, Dialer: deps.ClockDialer, NewTicker: deps.ClockTicker,
 		Logger: n.log.With("component", "clock"), Registerer: n.reg,
+		KernelRxTimestamps: sysWall && sysMono && clockhealth.KernelRxTimestamps,
 	}
 	if clockSecrets != nil {
 		opts.Secret, opts.NextSecret = clockSecrets.Current.Bytes(), clockSecrets.Next.Bytes()

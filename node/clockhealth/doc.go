@@ -24,6 +24,12 @@
 //     delay) and incomplete ones (connect, timeout, io) are tried again;
 //     any other failure latches at once, wherever it falls in the burst.
 //     A round never runs past the staleness window's end (roundBudget).
+//   - w1, m1 are "when the LF arrives" (SPEC §1.1): with
+//     Options.KernelRxTimestamps (Linux, the system clock) the kernel's
+//     receive timestamp of the LF's segment, so a stall of the node between
+//     the arrival and its read is in neither rtt nor |w1 − R|; an exchange
+//     whose wall clock moved against the monotonic one by more than 1 ms
+//     keeps the clocks read after the read (rxstamp.go).
 //   - e_ns and the running bound are summed in ns and rounded up to ms once
 //     per evaluation (bound.go), never term by term.
 //   - FAILED is a latch: the first failure wins, nothing clears it.

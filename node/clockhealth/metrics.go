@@ -36,6 +36,7 @@ type metrics struct {
 	samples   map[string]prometheus.Counter          // by result
 	exchanges map[string]prometheus.Counter          // by class: ok, slow, incomplete or a fatal reason
 	failures  map[protocol.Reason]prometheus.Counter // by reason
+	rx        map[string]prometheus.Counter          // by the source of w1, m1: kernel or user
 }
 
 // newMetrics builds the clock metrics of SPEC §5 and registers them on reg
@@ -66,6 +67,7 @@ func newMetrics(reg prometheus.Registerer, dev bool, deltaMs uint64) (*metrics, 
 		samples:   map[string]prometheus.Counter{},
 		exchanges: map[string]prometheus.Counter{},
 		failures:  map[protocol.Reason]prometheus.Counter{},
+		rx:        map[string]prometheus.Counter{},
 	}
 	m.limit.Set(float64(deltaMs / 2))
 	samples := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -80,6 +82,13 @@ func newMetrics(reg prometheus.Registerer, dev bool, deltaMs uint64) (*metrics, 
 		Name: "clock_exchanges_total",
 		Help: "Clock exchanges by what they meant for their burst (SPEC 3.1): ok (kept), slow or incomplete (tried again), or the SPEC 1.5 reason of one that failed the node at once.",
 	}, []string{"result"})
+	rx := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "clock_rx_timestamps_total",
+		Help: "Clock exchanges whose answer's LF arrived, by where their receive timestamps (w1, m1) came from: kernel (the receive timestamp of the LF's segment) or user (clocks read after the read returned: no kernel stamp, or the exchange showed a wall-clock step).",
+	}, []string{"source"})
+	for _, src := range []string{RxSourceKernel, RxSourceUser} {
+		m.rx[src] = rx.WithLabelValues(src)
+	}
 	m.samples[ResultOK] = samples.WithLabelValues(ResultOK)
 	for _, r := range []string{ResultOK, ResultSlow, ResultIncomplete} {
 		m.exchanges[r] = exchanges.WithLabelValues(r)
@@ -95,7 +104,7 @@ func newMetrics(reg prometheus.Registerer, dev bool, deltaMs uint64) (*metrics, 
 		m.dev.Set(1)
 	}
 	if reg != nil {
-		all := []prometheus.Collector{m.state, m.bound, m.rtt, m.dev, m.limit, samples, exchanges, failures}
+		all := []prometheus.Collector{m.state, m.bound, m.rtt, m.dev, m.limit, samples, exchanges, failures, rx}
 		for i, c := range all {
 			if err := reg.Register(c); err != nil {
 				for _, done := range all[:i] {
@@ -121,7 +130,8 @@ func fatalReason(r protocol.Reason) bool {
 }
 
 // exchange counts one exchange in clock_samples_total (its SPEC §1.5
-// reason) and clock_exchanges_total (what it meant for its burst).
+// reason), clock_exchanges_total (what it meant for its burst) and, once
+// its LF arrived, clock_rx_timestamps_total (its stamps' source).
 func (m *metrics) exchange(x *exchange) {
 	result, class := ResultOK, ResultOK
 	if x.err != nil {
@@ -133,7 +143,7 @@ func (m *metrics) exchange(x *exchange) {
 	case classIncomplete:
 		class = ResultIncomplete
 	}
-	for _, c := range [...]prometheus.Counter{m.samples[result], m.exchanges[class]} {
+	for _, c := range [...]prometheus.Counter{m.samples[result], m.exchanges[class], m.rx[x.rx]} {
 		if c != nil {
 			c.Inc()
 		}

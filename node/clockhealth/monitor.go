@@ -44,6 +44,17 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the clock metrics; nil registers nothing.
 	Registerer prometheus.Registerer
+	// KernelRxTimestamps takes an exchange's w1 from the kernel's receive
+	// timestamp of the segment that carried the LF (SPEC §1.1: "when the
+	// LF arrives"), not from a clock read after the read returned, which a
+	// scheduler stall or a CPU quota makes late (rxstamp.go). The stamp is
+	// CLOCK_REALTIME: set it only when Wall is the system clock (with
+	// another clock every stamp falls outside its exchange and user-space
+	// stamps are used). Where the platform has none (KernelRxTimestamps
+	// false: not Linux) or the Dialer's connections are not sockets, it
+	// changes nothing. clock_rx_timestamps_total{source} counts which
+	// stamp each exchange used.
+	KernelRxTimestamps bool
 }
 
 // Monitor is the node's clock health (SPEC §3): the prober, the running
@@ -67,6 +78,8 @@ type Monitor struct {
 	watchEvery time.Duration
 	halfDelta  uint64
 	staleNs    int64
+	kernelRx   bool   // Options.KernelRxTimestamps
+	beforeRead func() // tests: runs after the request is written, before the answer is read
 
 	probeMu sync.Mutex // one round at a time
 	randMu  sync.Mutex // one nonce reader at a time
@@ -121,11 +134,15 @@ func New(opts Options) (*Monitor, error) {
 		timeout:   time.Duration(cfg.ProbeTimeoutMs) * time.Millisecond,
 		interval:  time.Duration(cfg.ProbeIntervalMs) * time.Millisecond,
 		halfDelta: cfg.DeltaMs / 2,
+		kernelRx:  opts.KernelRxTimestamps && KernelRxTimestamps && cfg.HasAgent(),
 		staleNs:   int64(cfg.StalenessMs) * 1e6,
 		checkedCh: make(chan struct{}),
 		failedCh:  make(chan struct{}),
 	}
 	m.watchEvery = max(time.Millisecond, m.interval/4)
+	if m.kernelRx {
+		holdRxTimestamps()
+	}
 	switch {
 	case m.wall == nil && m.mono == nil:
 		c := NewSystemClock()
@@ -486,7 +503,8 @@ func (m *Monitor) Probe(ctx context.Context) error {
 	m.met.rtt.Set(float64(g.s.RTTMs))
 	if m.log.Enabled(ctx, slog.LevelDebug) { // SPEC §3.1's terms in ns, before the one rounding
 		m.log.Debug("clock health: sample kept", "agent", g.s.Agent, "exchanges", v.n, "rtt_ns", g.rttNs,
-			"uncertainty_ms", g.s.UncertaintyMs, "offset_ns", g.offNs, "e_ns", g.eNs, "error_bound_ms", g.s.ErrorBoundMs)
+			"uncertainty_ms", g.s.UncertaintyMs, "offset_ns", g.offNs, "residual_ns", g.resNs, "e_ns", g.eNs,
+			"error_bound_ms", g.s.ErrorBoundMs, "rx", g.rx)
 	}
 	return nil
 }
@@ -613,6 +631,11 @@ func (m *Monitor) acceptLocked(x *exchange) (*Error, bool) {
 // tallyLocked counts one exchange in its agent's status and logs the ones
 // the burst tried again.
 func (m *Monitor) tallyLocked(x *exchange) {
+	if m.kernelRx && m.log.Enabled(context.Background(), slog.LevelDebug) {
+		m.log.Debug("clock health: exchange timing", "agent", m.agents[x.agent].addr, "rx", x.rx, "rx_why", x.rxWhy, "rtt_ns", x.rttNs,
+			"connect_ns", x.phase.connect, "write_ns", x.phase.write, "arrive_ns", x.phase.arrive, "read_ns", x.phase.read,
+			"offset_ns", x.offNs)
+	}
 	a := &m.agents[x.agent].st
 	a.Exchanges++
 	a.LastAtUnixMs = x.s.AtUnixMs
@@ -631,7 +654,7 @@ func (m *Monitor) tallyLocked(x *exchange) {
 	case classSlow:
 		a.ConsecutiveUnreachable = 0
 		m.log.Info("clock health: slow exchange", "agent", a.Addr, "reason", string(x.err.Reason),
-			"rtt_ms", x.s.RTTMs, "err", x.err.Error())
+			"rtt_ms", x.s.RTTMs, "rx", x.rx, "err", x.err.Error())
 	default:
 		a.ConsecutiveUnreachable = 0
 	}

@@ -3,6 +3,7 @@ package clockhealth
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -29,9 +30,22 @@ type exchange struct {
 	s     SampleStatus
 	w1    int64  // wall ns when the LF arrived
 	m1    int64  // monotonic ns when the LF arrived (t_sample)
-	eNs   uint64 // SPEC §3.1 e_ns, before its rounding (set once the sample was checked)
+	eNs   uint64 // SPEC §3.1 e_ns, before its rounding (set once the sample was checked), plus resNs
 	offNs uint64 // its |w1 − R×10^6| term
 	rttNs uint64 // m1 − m0; for an incomplete exchange, the time it took to fail
+	resNs uint64 // kernel stamps: |(w_read − w0) − (m_read − m0)|, counted in eNs (rxstamp.go)
+	rx    string // RxSourceKernel or RxSourceUser once the LF arrived; "" before
+	rxWhy string // with kernel stamps on, why the exchange used user stamps
+	phase phases // kernel stamps only: where the exchange's time went
+}
+
+// phases split one exchange's time (monotonic ns; -1: not measured): w0 →
+// the connection established → the request written → the LF's segment
+// arrived (the kernel's stamp) → the node's read returned it. Taken only
+// with kernel stamps (Options.KernelRxTimestamps), for the debug line
+// "clock health: exchange timing".
+type phases struct {
+	connect, write, arrive, read int64
 }
 
 // ioReason classifies a write or deadline-setting error as timeout or io.
@@ -62,8 +76,9 @@ func (m *Monitor) exchangeOne(ctx context.Context, idx int, ch *protocol.Challen
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
 
-	_, m0 := m.readClocks()
-	x.err = m.converse(ctx, &x, addr, ch, m0)
+	w0, m0 := m.readClocks()
+	x.phase = phases{-1, -1, -1, -1}
+	x.err = m.converse(ctx, &x, addr, ch, w0, m0)
 	switch {
 	case x.err == nil:
 		x.class = classOK
@@ -78,7 +93,7 @@ func (m *Monitor) exchangeOne(ctx context.Context, idx int, ch *protocol.Challen
 }
 
 // converse is exchangeOne's I/O and checks; a slow sample sets x.class.
-func (m *Monitor) converse(ctx context.Context, x *exchange, addr string, ch *protocol.Challenge, m0 int64) *protocol.Error {
+func (m *Monitor) converse(ctx context.Context, x *exchange, addr string, ch *protocol.Challenge, w0, m0 int64) *protocol.Error {
 	conn, err := m.dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return protocol.Wrap(protocol.ReasonConnect, "dial "+addr, err)
@@ -93,15 +108,28 @@ func (m *Monitor) converse(ctx context.Context, x *exchange, addr string, ch *pr
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(aLongTimeAgo) })
 	defer stop()
 
+	var from io.Reader = conn
+	var sc stampedConn
+	if m.kernelRx {
+		x.phase.connect = m.mono.NowNs() - m0
+		if c, ok := newStampedConn(conn); ok {
+			from, sc = c, c
+		}
+	}
 	var req [protocol.RequestLen]byte
 	if _, err := conn.Write(ch.AppendRequest(req[:0])); err != nil {
 		return ioReason("writing the request", err)
 	}
-	lr := protocol.NewLineReader(conn)
+	if m.kernelRx {
+		x.phase.write = m.mono.NowNs() - m0 - x.phase.connect
+	}
+	if m.beforeRead != nil {
+		m.beforeRead()
+	}
+	lr := protocol.NewLineReader(from)
 	line, err := lr.ReadLine()
-	w1, m1 := m.readClocks() // SPEC §1.1: timestamps when the LF arrives
-	x.w1, x.m1 = w1, m1
-	x.s.AtUnixMs = w1 / 1e6
+	m.stampLF(x, sc, err == nil, w0, m0) // SPEC §1.1: timestamps when the LF arrives
+	x.s.AtUnixMs = x.w1 / 1e6
 	if err != nil {
 		return asProtocolError(err, protocol.ReasonIO)
 	}
@@ -119,8 +147,40 @@ func (m *Monitor) converse(ctx context.Context, x *exchange, addr string, ch *pr
 	if err := lr.ExpectEOF(); err != nil {
 		return asProtocolError(err, protocol.ReasonIO)
 	}
-	x.rttNs = uint64(max(0, m1-m0)) // a monotonic clock never goes back; be safe anyway
+	x.rttNs = uint64(max(0, x.m1-m0)) // a monotonic clock never goes back; be safe anyway
 	return m.checkSample(x, &resp)
+}
+
+// stampLF sets x's w1 and m1 right after the read that returned the LF
+// (lf) or failed: the user-space reading, or, with the kernel's receive
+// timestamp of the LF's segment from sc, that stamp and the monotonic time
+// it maps to (kernelSample, rxstamp.go).
+func (m *Monitor) stampLF(x *exchange, sc stampedConn, lf bool, w0, m0 int64) {
+	wRead, mRead := m.readClocks()
+	x.w1, x.m1 = wRead, mRead
+	if !lf {
+		return
+	}
+	x.rx = RxSourceUser
+	if sc == nil {
+		return
+	}
+	wK := sc.LastStamp()
+	w1, m1, res, ok := kernelSample(w0, m0, wRead, mRead, wK)
+	switch {
+	case wK == 0:
+		x.rxWhy = "no kernel stamp"
+	case !ok && (wK < w0 || wK > wRead):
+		x.rxWhy = "kernel stamp outside the exchange"
+	case !ok:
+		x.rxWhy = "wall clock stepped during the exchange"
+	}
+	if ok {
+		// The answer can arrive before the clock read after the write.
+		x.phase.arrive = max(0, m1-m0-x.phase.connect-x.phase.write)
+		x.phase.read = mRead - m1
+		x.w1, x.m1, x.resNs, x.rx = w1, m1, res, RxSourceKernel
+	}
 }
 
 // incomplete reports the reasons of an exchange that could not complete
@@ -150,6 +210,9 @@ func (m *Monitor) checkSample(x *exchange, r *protocol.Response) *protocol.Error
 	s.UncertaintyMs = r.UncertaintyMs
 	s.SourceAgeMs = r.SourceAgeMs
 	eNs, offNs, ok := protocol.SampleError(protocol.Sample{RTTNs: x.rttNs, UncertaintyMs: r.UncertaintyMs, W1UnixNs: x.w1, ReferenceUnixMs: r.ReferenceUnixMs})
+	if ok && x.resNs > 0 {
+		eNs, ok = protocol.AddSat(eNs, x.resNs)
+	}
 	rttMs, offMs, eb := protocol.CeilMs(x.rttNs), protocol.CeilMs(offNs), protocol.CeilMs(eNs)
 	x.eNs, x.offNs = eNs, offNs
 	s.RTTMs, s.OffsetMs, s.ErrorBoundMs = rttMs, offMs, eb
