@@ -192,6 +192,7 @@ type exchangeStats struct {
 	kept, slow, unreachable int
 	worstMs                 float64 // the slowest exchange that completed
 	failed                  []string
+	split                   exchangeSplit
 }
 
 // clockLogLine is the part of a clock-health log record read here.
@@ -201,6 +202,76 @@ type clockLogLine struct {
 	RTTNs  int64     `json:"rtt_ns"`
 	RTTMs  int64     `json:"rtt_ms"`
 	Reason string    `json:"reason"`
+	// "clock health: exchange timing" (debug, with kernel receive
+	// timestamps): where one exchange's time went, ns (-1: not measured).
+	Rx        string `json:"rx"`
+	RxWhy     string `json:"rx_why"`
+	ConnectNs int64  `json:"connect_ns"`
+	WriteNs   int64  `json:"write_ns"`
+	ArriveNs  int64  `json:"arrive_ns"`
+	ReadNs    int64  `json:"read_ns"`
+	OffsetNs  int64  `json:"offset_ns"`
+}
+
+// exchangeSplit gathers the "exchange timing" lines of a phase: w0 → the
+// connection established (connect) → the request written (write) → the
+// answer's LF arrived, by the kernel's receive timestamp, split at the
+// agent's clock read R: before it (agent: accepting, reading the request)
+// and after it (reply: |w1 − R|, which on this one host, where the dev
+// agent's reference is the nodes' own clock, is R → the LF's arrival, + ≤ 1
+// ms of R's truncation) → the node's read returned it (read).
+type exchangeSplit struct {
+	kernel, user, unmeasured int
+	why                      map[string]int     // user stamps with kernel stamps on: why
+	parts                    [5][]time.Duration // connect, write, agent, reply, read
+}
+
+var splitNames = [5]string{"connect", "write", "agent", "reply", "read"}
+
+func (sp *exchangeSplit) add(rec clockLogLine) {
+	switch rec.Rx {
+	case "kernel":
+		sp.kernel++
+	case "user":
+		sp.user++
+		if rec.RxWhy != "" {
+			if sp.why == nil {
+				sp.why = map[string]int{}
+			}
+			sp.why[rec.RxWhy]++
+		}
+	}
+	if rec.Rx != "kernel" { // no kernel stamp: the split is not known
+		sp.unmeasured++
+		return
+	}
+	reply := min(rec.OffsetNs, rec.ArriveNs)
+	for i, ns := range [5]int64{rec.ConnectNs, rec.WriteNs, rec.ArriveNs - reply, reply, rec.ReadNs} {
+		sp.parts[i] = append(sp.parts[i], time.Duration(ns))
+	}
+}
+
+// String is, for each part, p50 / p90 / max and how many exchanges spent
+// more than over in it.
+func (sp *exchangeSplit) String(over time.Duration) string {
+	out := fmt.Sprintf("rx kernel %d user %d %v (split unknown %d)", sp.kernel, sp.user, sp.why, sp.unmeasured)
+	for i, ds := range sp.parts {
+		if len(ds) == 0 {
+			continue
+		}
+		slices.Sort(ds)
+		n := 0
+		for _, d := range ds {
+			if d > over {
+				n++
+			}
+		}
+		q := func(p float64) time.Duration {
+			return ds[min(len(ds)-1, int(p*float64(len(ds))))].Round(100 * time.Microsecond)
+		}
+		out += fmt.Sprintf("; %s p50 %v p90 %v max %v, >%v in %d of %d", splitNames[i], q(0.5), q(0.9), ds[len(ds)-1].Round(100*time.Microsecond), over, n, len(ds))
+	}
+	return out
 }
 
 // exchangesIn tallies the clock exchanges of every run of s within ph.
@@ -227,6 +298,8 @@ func exchangesIn(s *supervised, ph phase) exchangeStats {
 				st.worstMs = max(st.worstMs, float64(rec.RTTMs))
 			case rec.Msg == "clock health: agent unreachable":
 				st.unreachable++
+			case rec.Msg == "clock health: exchange timing":
+				st.split.add(rec)
 			case strings.HasPrefix(rec.Msg, "clock health FAILED"):
 				st.failed = append(st.failed, rec.Reason)
 			}
@@ -373,11 +446,24 @@ func TestStarvedClusterComesBack(t *testing.T) {
 	t.Logf("load: %d clients sharing one multi-address client: %s", clients, res.Summary())
 	for _, ph := range phases {
 		var parts []string
+		var split exchangeSplit
 		for _, name := range clusterNames {
 			st := exchangesIn(sc.nodes[name], ph)
 			parts = append(parts, fmt.Sprintf("%s: kept %d slow %d unreachable %d worst rtt %.1f ms failed %v", name, st.kept, st.slow, st.unreachable, st.worstMs, st.failed))
+			split.kernel, split.user, split.unmeasured = split.kernel+st.split.kernel, split.user+st.split.user, split.unmeasured+st.split.unmeasured
+			for k, v := range st.split.why {
+				if split.why == nil {
+					split.why = map[string]int{}
+				}
+				split.why[k] += v
+			}
+			for i := range split.parts {
+				split.parts[i] = append(split.parts[i], st.split.parts[i]...)
+			}
 		}
 		t.Logf("phase %-16s %5.1fs  %s", ph.name, ph.end.Sub(ph.start).Seconds(), strings.Join(parts, "; "))
+		// max_rtt_ms is Δ/4: a part longer than that alone makes an exchange slow.
+		t.Logf("phase %-16s exchange split (all nodes): %s", ph.name, split.String(time.Duration(deltaMs/4)*time.Millisecond))
 	}
 	failed, replaced, exit2 := 0, 0, 0
 	for _, name := range clusterNames {
