@@ -40,7 +40,10 @@ import (
 //
 // The tickets counted are the leader's tickets_active (/v1/status) after
 // the fill and again after the last measurement, with the age of the
-// first grant then: under 250 s + Δ, no ticket has expired.
+// first grant then: under 250 s + Δ, no ticket has expired. Past it,
+// tickets_active also counts tickets past their expiry that the leader's
+// expiry loop has not freed yet: with the keeper, the tickets kept alive
+// are its count of unended leases at the end (kept_alive).
 type scaleResult struct {
 	Tickets         int     `json:"tickets"` // asked for
 	Clients         int     `json:"clients"`
@@ -62,6 +65,7 @@ type scaleResult struct {
 	CatchUpIndex    uint64  `json:"catch_up_index"`    // the leader's applied index it had to reach
 	CatchUpSnap     uint64  `json:"catch_up_snapshot"` // its last snapshot index then (> 0: it installed one)
 	CatchUpRSS      rss     `json:"catch_up_rss"`
+	KeptAlive       int     `json:"kept_alive,omitempty"`     // the keeper's unended leases at the end (keeper)
 	Renewals        int64   `json:"renewals,omitempty"`       // the keeper's (keeper)
 	RenewFailures   int64   `json:"renew_failures,omitempty"` // tickets it lost
 	FirstRenewError string  `json:"first_renew_error,omitempty"`
@@ -250,9 +254,12 @@ func scaleOne(ctx context.Context, e *env, o options, n int, prefix string, out 
 		return fail("status at the end", err)
 	}
 	r.ActiveEnd, r.FirstGrantAgeS = st.TicketsActive, time.Since(firstGrant).Seconds()
+	if k != nil {
+		r.KeptAlive = k.alive(time.Now())
+	}
 	stopKeeper()
-	fmt.Fprintf(out, "scale %8d tickets: at the end tickets_active %d, the first grant %.0f s old (lease %d s + Δ)\n",
-		n, r.ActiveEnd, r.FirstGrantAgeS, leaseS)
+	fmt.Fprintf(out, "scale %8d tickets: at the end tickets_active %d (the keeper holds %d unended leases), the first grant %.0f s old (lease %d s + Δ)\n",
+		n, r.ActiveEnd, r.KeptAlive, r.FirstGrantAgeS, leaseS)
 	switch {
 	case k != nil && r.RenewFailures > 0:
 		r.Note = fmt.Sprintf("the keeper lost %d tickets (refused, or their lease ended before a renewal got through; first: %s): keeping %d alive takes %d renewals/s beside the fill (tickets_active %d at the end)", r.RenewFailures, r.FirstRenewError, n, n/leaseS, r.ActiveEnd)

@@ -14,23 +14,30 @@ import (
 // keeper keeps the scale fill's tickets alive: from the fill's start
 // until the last measurement it renews, through POST /v1/batch, every
 // ticket whose last grant or renewal is renewAt old (two thirds of its
-// lease), oldest first, so a fill that takes longer than a lease still
-// ends with every ticket active. Keeping n tickets alive takes n / lease
-// renewals a second (5M at 250 s: 20,000/s) beside the fill, with as many
-// batches in flight as the fill has clients. A renewal the cluster could
-// not serve (a failed request, a 5xx: a leadership change) is tried again
-// until the ticket's lease ends; a ticket is lost (counted in failed, the
-// section's note says so) when its lease ended first or the cluster
-// refused the renewal (a 4xx).
+// lease), the earliest due first, so a fill that takes longer than a
+// lease still ends with every ticket active. Keeping n tickets alive
+// takes n / lease renewals a second (5M at 250 s: 20,000/s) beside the
+// fill, with as many batches in flight as the fill has clients. A renewal
+// the cluster could not serve (a failed request, a 5xx: a leadership
+// change) is tried again until the ticket's lease ends; a ticket is lost
+// (counted in failed, the section's note says so) when its lease ended
+// first or the cluster refused the renewal (a 4xx).
+//
+// The renewals due are kept by the second they fall due (a timing wheel):
+// a ticket renewed early in a long fill falls due again while the fill
+// still grants, so the renewals cannot follow the fill's order (a cursor
+// in ticket order renewed each ticket once, then waited at the fill's
+// front while the first tickets' leases ran out).
 type keeper struct {
 	batch   int
 	renewAt time.Duration
 	leaseS  int
 	tokens  []atomic.Uint64 // 0: not settled yet; notGranted: the fill gave up on it
-	due     []atomic.Int64  // unix ns when its renewal is due
 	ends    []atomic.Int64  // unix ns when its lease ends (counted from the request's send)
 	mu      sync.Mutex
-	retry   []retryItem // renewals to try again, oldest first
+	wheel   map[int64][]int32 // unix second → the tickets whose renewal falls due in it
+	next    int64             // the first second not yet taken from the wheel (0: none yet)
+	retry   []retryItem       // renewals to try again, oldest first
 	renewed atomic.Int64
 	failed  atomic.Int64
 	first   atomic.Pointer[string]
@@ -50,7 +57,7 @@ const retryAfter = 200 * time.Millisecond
 
 func newKeeper(n, batch, leaseS int) *keeper {
 	return &keeper{batch: batch, leaseS: leaseS, renewAt: time.Duration(leaseS) * time.Second * 2 / 3,
-		tokens: make([]atomic.Uint64, n), due: make([]atomic.Int64, n), ends: make([]atomic.Int64, n)}
+		tokens: make([]atomic.Uint64, n), ends: make([]atomic.Int64, n), wheel: map[int64][]int32{}}
 }
 
 // granted records fill ticket i's token (0 when it was not granted),
@@ -60,9 +67,65 @@ func (k *keeper) granted(i int64, token uint64, sent time.Time) {
 		k.tokens[i].Store(notGranted)
 		return
 	}
-	k.due[i].Store(sent.Add(k.renewAt).UnixNano())
-	k.ends[i].Store(sent.Add(time.Duration(k.leaseS) * time.Second).UnixNano())
 	k.tokens[i].Store(token)
+	k.schedule(int(i), sent)
+}
+
+// schedule notes that ticket i was granted or renewed by a request sent
+// at sent: its lease ends a lease after, its renewal falls due renewAt
+// after.
+func (k *keeper) schedule(i int, sent time.Time) {
+	k.ends[i].Store(sent.Add(time.Duration(k.leaseS) * time.Second).UnixNano())
+	sec := sent.Add(k.renewAt).Unix()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.next != 0 && sec < k.next {
+		sec = k.next // already passed: the next turn takes it
+	}
+	k.wheel[sec] = append(k.wheel[sec], int32(i))
+}
+
+// dueNow takes up to max renewals due by now from the wheel, earliest
+// first (a second only partly taken keeps the rest).
+func (k *keeper) dueNow(max int) []int {
+	now := time.Now().Unix()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.next == 0 {
+		k.next = now - int64(k.renewAt/time.Second) // nothing was scheduled before the keeper's start
+		for sec := range k.wheel {
+			k.next = min(k.next, sec)
+		}
+	}
+	var ids []int
+	for ; k.next <= now && len(ids) < max; k.next++ {
+		b := k.wheel[k.next]
+		take := min(len(b), max-len(ids))
+		for _, id := range b[:take] {
+			ids = append(ids, int(id))
+		}
+		if take < len(b) {
+			k.wheel[k.next] = b[take:]
+			break
+		}
+		delete(k.wheel, k.next)
+	}
+	return ids
+}
+
+// alive counts the tickets whose lease, as the keeper counts it (from
+// the send of its last grant or renewal: earlier than the leader's), has
+// not ended at now: the tickets the keeper holds. A node's
+// tickets_active also counts tickets past their expiry that its expiry
+// loop has not freed yet.
+func (k *keeper) alive(now time.Time) int {
+	n := 0
+	for i := range k.ends {
+		if t := k.tokens[i].Load(); t != 0 && t != notGranted && k.ends[i].Load() > now.UnixNano() {
+			n++
+		}
+	}
+	return n
 }
 
 // retries takes up to max renewals due to be tried again; those whose
@@ -116,29 +179,12 @@ func (k *keeper) run(ctx context.Context, hc *http.Client, addrs []string, targe
 	}
 	defer wg.Wait()
 	defer close(work)
-	n := len(k.tokens)
-	c := 0 // the next ticket in line: grants and renewals both go in index order
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for ctx.Err() == nil {
 		ids := k.retries(k.batch)
-		wait := 50 * time.Millisecond // nothing granted yet at the cursor
-		for len(ids) < k.batch {
-			tok := k.tokens[c].Load()
-			if tok == notGranted {
-				c = (c + 1) % n
-				continue
-			}
-			if tok == 0 {
-				break
-			}
-			if d := time.Until(time.Unix(0, k.due[c].Load())); d > 0 {
-				wait = min(d, 50*time.Millisecond) // it may be in flight still
-				break
-			}
-			k.due[c].Store(time.Now().Add(time.Hour).UnixNano()) // in flight
-			ids = append(ids, c)
-			c = (c + 1) % n
+		if len(ids) < k.batch {
+			ids = append(ids, k.dueNow(k.batch-len(ids))...)
 		}
 		if len(ids) > 0 {
 			select {
@@ -147,7 +193,7 @@ func (k *keeper) run(ctx context.Context, hc *http.Client, addrs []string, targe
 			}
 			continue
 		}
-		timer.Reset(wait) // until the next renewal falls due
+		timer.Reset(50 * time.Millisecond) // until the next renewal falls due
 		select {
 		case <-timer.C:
 		case <-ctx.Done():
@@ -192,8 +238,7 @@ func (k *keeper) renewBatch(ctx context.Context, hc *http.Client, addrs []string
 	for j, i := range ids {
 		switch st := res[j].Status; {
 		case st == http.StatusOK:
-			k.due[i].Store(sent.Add(k.renewAt).UnixNano())
-			k.ends[i].Store(sent.Add(time.Duration(k.leaseS) * time.Second).UnixNano())
+			k.schedule(i, sent)
 			k.renewed.Add(1)
 		case st >= 500:
 			again = append(again, i)

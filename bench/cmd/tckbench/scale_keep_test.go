@@ -182,3 +182,50 @@ func TestScaleFillStopsWhenTheKeeperFallsBehind(t *testing.T) {
 		t.Fatal("the fill ran until the test's deadline")
 	}
 }
+
+// A fill longer than a lease: tickets granted one after another over
+// two leases are each renewed again and again, none left a lease without
+// a renewal — the ones granted first fall due again while the fill still
+// grants (a keeper that renewed in ticket order renewed each once, then
+// waited at the fill's front while the first ones' leases ran out).
+func TestKeeperRenewsDuringAFillLongerThanALease(t *testing.T) {
+	const n, lease = 30, 3
+	srv := &fakeRenewals{tokens: map[string]uint64{}, at: map[string][]time.Time{}}
+	for i := range int64(n) {
+		srv.tokens[fillName(i)] = uint64(i + 1)
+	}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	k := newKeeper(n, 4, lease)
+	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Second)
+	defer cancel()
+	start := time.Now()
+	granted := make([]time.Time, n)
+	go func() { // the fill: a ticket every 200 ms, over two leases
+		for i := range int64(n) {
+			granted[i] = time.Now()
+			k.granted(i, uint64(i+1), granted[i])
+			select {
+			case <-time.After(200 * time.Millisecond):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	k.run(ctx, hs.Client(), []string{hs.URL}, func() int { return 0 }, func(int) {}, 2)
+	end := time.Now()
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	for i := range int64(n) {
+		prev := granted[i]
+		for _, a := range append(srv.at[fillName(i)], end) {
+			if gap := a.Sub(prev); gap >= lease*time.Second {
+				t.Errorf("%s (granted %v after the start): %v without a renewal, past its %d s lease", fillName(i), granted[i].Sub(start).Round(time.Millisecond), gap.Round(time.Millisecond), lease)
+			}
+			prev = a
+		}
+	}
+	if k.failed.Load() != 0 {
+		t.Errorf("lost %d", k.failed.Load())
+	}
+}
