@@ -41,8 +41,9 @@ import (
 // (Δ/4 = 3 s with clockFlags' Δ 12 s).
 const lieOffset = 10 * time.Second
 
-// clockFailoverFlags make the nodes probe every second (clockFlags'
-// 3 s would only stretch the detection delay; the figure starts after it).
+// clockFailoverFlags make the nodes probe every second, whatever
+// clockFlags say (a longer interval would only stretch the detection
+// delay; the figure starts after it).
 var clockFailoverFlags = []string{"--clock.probe_interval_ms", "1000", "--clock.probe_timeout_ms", "1000"}
 
 type clockFailoverResult struct {

@@ -50,6 +50,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -76,6 +77,7 @@ type options struct {
 	contendedClients int
 	contendedNames   int
 	duration, warmup time.Duration
+	otherDuration    time.Duration // workloads without a target (durationOf)
 	rounds           int
 	out              string
 	repo             string
@@ -105,8 +107,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	nodes := fs.String("nodes", "1,3", "cluster sizes (comma-separated, each 1 or 3)")
 	fs.IntVar(&o.contendedClients, "contended-clients", 64, "clients of the contended workload (0: skip it)")
 	fs.IntVar(&o.contendedNames, "contended-names", 4, "names the contended clients share")
-	fs.DurationVar(&o.duration, "duration", 5*time.Second, "measured time per target per round")
-	fs.DurationVar(&o.warmup, "warmup", 750*time.Millisecond, "unmeasured time before each measurement")
+	fs.DurationVar(&o.duration, "duration", 5*time.Second, "measured time per target per round in the workloads with a target (independent, 64 and 256 clients)")
+	fs.DurationVar(&o.otherDuration, "other-duration", 3*time.Second, "measured time per target per round in the other workloads (1 and 16 clients, contended: no target is judged on them); 0: -duration")
+	fs.DurationVar(&o.warmup, "warmup", 750*time.Millisecond, "unmeasured time before each measurement in the first round (later rounds: three of the target's p50 cycle times in the round before, at least 250ms, at most this)")
 	fs.IntVar(&o.rounds, "rounds", 2, "alternating rounds per workload")
 	fs.StringVar(&o.out, "out", "report.md", "the report (PNG plots and report.json beside it)")
 	fs.StringVar(&o.repo, "repo", "", "the TCKCLK repository root ticketd is built from (default: found above the working directory)")
@@ -115,7 +118,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.keep, "keep", false, "keep the temp dir (data, keys, logs)")
 	tflags := fs.String("ticketd-flags", "", "extra ticketd flags (space-separated), e.g. for an experiment")
 	fs.StringVar(&o.only, "only", "", "run only this system (etcd or ticketd): for profiling, no ratios")
-	fs.StringVar(&o.profile, "profile", "", "diagnostics: give each ticketd --debug.pprof and save the leader's CPU, block, mutex and allocs (in the window) profiles and a follower's CPU profile of every window in this directory")
+	fs.StringVar(&o.profile, "profile", "", "diagnostics: give each ticketd --debug.pprof and save the leader's CPU, block, mutex and allocs (in the window) profiles, a follower's CPU profile and the load generator's own CPU profile (its clients) of every ticketd window in this directory")
 	fs.BoolVar(&o.strace, "strace", false, "diagnostics: count each leader's fsyncs per Raft entry with strace (slows the servers: not for the figures)")
 	fs.BoolVar(&o.h2c, "h2c", false, "experiment: ticketd clients speak HTTP/2 without TLS (the ticketd built must accept h2c)")
 	fs.BoolVar(&o.h2cCompare, "h2c-compare", false, "experiment: also measure each ticketd with h2c clients, beside the HTTP/1.1 ones")
@@ -157,8 +160,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = fmt.Errorf("-placement: %q is not spread, leader or both", o.placement)
 	case o.failover < 0:
 		err = errors.New("-failover must be ≥ 0")
-	case o.rounds < 1 || o.duration <= 0 || o.warmup < 0:
-		err = errors.New("-rounds and -duration must be positive, -warmup not negative")
+	case o.rounds < 1 || o.duration <= 0 || o.warmup < 0 || o.otherDuration < 0:
+		err = errors.New("-rounds and -duration must be positive, -warmup and -other-duration not negative")
 	case o.contendedClients < 0 || (o.contendedClients > 0 && o.contendedNames < 1):
 		err = errors.New("-contended-clients must be ≥ 0 and -contended-names ≥ 1")
 	case o.only != "" && o.only != "etcd" && o.only != "ticketd":
@@ -271,54 +274,31 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		}
 	}()
 	clock := newStepClock(stdout)
-	if err := e.build(); err != nil {
-		return err
-	}
-	if o.baselineRepo != "" {
-		if e.baselineBin, err = e.buildTicketd(o.baselineRepo, "baseline"); err != nil {
-			return err
-		}
-	}
-	clock.mark("build")
+	// The binaries build while the etcd servers start (they need none of
+	// them); the ticketd servers start as soon as they are built, all at
+	// once: a node's start is mostly waiting (its clock check's rounds).
+	built := make(chan struct{})
+	var buildErr error
+	var buildEnd time.Time
+	go func() {
+		defer close(built)
+		buildErr = e.buildAll(o.baselineRepo)
+		buildEnd = time.Now()
+	}()
 	meta := runMeta(o)
 	fmt.Fprintf(stdout, "tckbench: %s\n", meta.Machine)
 	fmt.Fprintf(stdout, "tckbench: starting servers (data in %s)\n", dir)
-	var servers []*server
-	for _, n := range o.nodes {
-		if !o.items.on("load") {
-			continue
-		}
-		systems := []string{"etcd", "ticketd"}
-		if o.baselineRepo != "" {
-			systems = append(systems, "baseline")
-		}
-		for _, sys := range systems {
-			kind := strings.Replace(sys, "baseline", "ticketd", 1)
-			if o.only != "" && o.only != kind {
-				continue
-			}
-			var s *server
-			var err error
-			switch sys {
-			case "etcd":
-				s, err = e.startEtcd(ctx, n)
-			case "ticketd":
-				s, err = e.startTicketd(ctx, n, o.ticketdFlags, o.profile != "")
-			default:
-				s, err = e.startTicketdSpec(ctx, clusterSpec{n: n, extra: o.ticketdFlags, profile: o.profile != "", prefix: "baseline-", bin: e.baselineBin})
-				if s != nil {
-					s.label, s.system = s.label+" baseline", "ticketd-baseline"
-				}
-			}
-			if err != nil {
-				return withLogs(err, e)
-			}
-			fmt.Fprintf(stdout, "tckbench: %s up, leader at %s\n", s.label, s.endpoint)
-			servers = append(servers, variants(o, s)...)
-		}
+	servers, err := e.startLoadServers(ctx, o, built, &buildErr, stdout)
+	<-built
+	if buildErr != nil {
+		return buildErr
+	}
+	clock.markAt("build", buildEnd)
+	if err != nil {
+		return withLogs(err, e)
 	}
 	if len(servers) > 0 {
-		clock.mark("load servers started")
+		clock.mark("load servers started (beside the build)")
 	}
 	var works []workload
 	for _, c := range o.clients {
@@ -358,6 +338,73 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	printSummary(stdout, o, all, fos, items)
 	fmt.Fprintf(stdout, "tckbench: wrote %s\n", o.out)
 	return nil
+}
+
+// startLoadServers starts the load section's servers, all at once (the
+// ticketd ones once built is closed and *buildErr is nil), and returns
+// their targets in the report's order: per cluster size etcd, ticketd,
+// -baseline-repo's ticketd.
+func (e *env) startLoadServers(ctx context.Context, o options, built <-chan struct{}, buildErr *error, stdout io.Writer) ([]*server, error) {
+	type slot struct {
+		sys string
+		n   int
+	}
+	var slots []slot
+	for _, n := range o.nodes {
+		if !o.items.on("load") {
+			continue
+		}
+		systems := []string{"etcd", "ticketd"}
+		if o.baselineRepo != "" {
+			systems = append(systems, "baseline")
+		}
+		for _, sys := range systems {
+			if o.only != "" && o.only != strings.Replace(sys, "baseline", "ticketd", 1) {
+				continue
+			}
+			slots = append(slots, slot{sys, n})
+		}
+	}
+	started := make([]*server, len(slots))
+	errs := make([]error, len(slots))
+	var wg sync.WaitGroup
+	for i, sl := range slots {
+		wg.Go(func() {
+			var s *server
+			var err error
+			if sl.sys != "etcd" {
+				if <-built; *buildErr != nil {
+					return
+				}
+			}
+			switch sl.sys {
+			case "etcd":
+				s, err = e.startEtcd(ctx, sl.n)
+			case "ticketd":
+				s, err = e.startTicketd(ctx, sl.n, o.ticketdFlags, o.profile != "")
+			default:
+				s, err = e.startTicketdSpec(ctx, clusterSpec{n: sl.n, extra: o.ticketdFlags, profile: o.profile != "", prefix: "baseline-", bin: e.baselineBin})
+				if s != nil {
+					s.label, s.system = s.label+" baseline", "ticketd-baseline"
+				}
+			}
+			if err == nil {
+				fmt.Fprintf(stdout, "tckbench: %s up, leader at %s\n", s.label, s.endpoint)
+			}
+			started[i], errs[i] = s, err
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	var servers []*server
+	for _, s := range started {
+		if s != nil {
+			servers = append(servers, variants(o, s)...)
+		}
+	}
+	return servers, nil
 }
 
 // variants are the targets measured on s's processes: per placement of
@@ -431,6 +478,7 @@ func runWorkload(ctx context.Context, o options, w workload, servers []*server, 
 	defer func() { tRounds = time.Since(t0) - tSetUp }()
 	pooled := make([]measured, len(servers))
 	var lat = make([][]time.Duration, len(servers))
+	lastP50 := make([]time.Duration, len(servers))
 	for round := 1; round <= o.rounds; round++ {
 		for i, s := range servers {
 			var pids []int
@@ -445,7 +493,9 @@ func runWorkload(ctx context.Context, o options, w workload, servers []*server, 
 				endDiag := func() error { return nil }
 				if diagnose {
 					tag := fmt.Sprintf("%s-%d-%s%d%s-r%d", w.name, w.clients, s.system, s.nodes, s.placement, round)
-					endDiag = startDiag(ctx, o, s, tag, &d)
+					od := o
+					od.duration = o.durationOf(w)
+					endDiag = startDiag(ctx, od, s, tag, &d)
 				}
 				a, err := sampleCPU(pids)
 				if err != nil {
@@ -462,7 +512,8 @@ func runWorkload(ctx context.Context, o options, w workload, servers []*server, 
 					werr = endDiag()
 				}
 			}
-			r := load.Measure(ctx, s.label, cyclers[i], w.clients, o.warmup, o.duration, window)
+			r := load.Measure(ctx, s.label, cyclers[i], w.clients, warmupFor(o.warmup, round, lastP50[i]), o.durationOf(w), window)
+			lastP50[i] = time.Duration(r.P50Ms * float64(time.Millisecond))
 			if werr != nil {
 				return nil, fmt.Errorf("%s: CPU counters or diagnostics: %w", s.label, werr)
 			}
@@ -509,6 +560,34 @@ func runWorkload(ctx context.Context, o options, w workload, servers []*server, 
 		}
 	}
 	return pooled, nil
+}
+
+// durationOf is the measured time per target per round of w: -duration
+// where the report judges a target (targetWorkload), -other-duration
+// elsewhere. Those figures are context, and the time a run saves on
+// them keeps the judged ones' windows whole: a window of half the length
+// made the per-round ratios about 1.4× as spread (bench/findings.md).
+func (o options) durationOf(w workload) time.Duration {
+	if targetWorkload(w.name, w.clients) || o.otherDuration == 0 {
+		return o.duration
+	}
+	return o.otherDuration
+}
+
+// minWarmup is the shortest warm-up of a round after the first.
+const minWarmup = 250 * time.Millisecond
+
+// warmupFor is a target's warm-up before its measurement in round: the
+// first round's is warmup (its clients' first connections and sessions);
+// in a later round the clients, kept from the round before, only have to
+// spread out again after starting together, which takes a few cycles:
+// three of the target's p50 cycle times in its previous round, within
+// minWarmup..warmup.
+func warmupFor(warmup time.Duration, round int, lastP50 time.Duration) time.Duration {
+	if round <= 1 {
+		return warmup
+	}
+	return min(warmup, max(minWarmup, 3*lastP50))
 }
 
 func cyclerFor(ctx context.Context, s *server, w workload, names int, h2c bool) (load.Cycler, error) {

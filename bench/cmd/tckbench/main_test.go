@@ -16,7 +16,7 @@ import (
 
 func TestUsage(t *testing.T) {
 	for _, args := range [][]string{
-		{"-nodes", "2"}, {"-clients", "0"}, {"-clients", "a,b"}, {"-rounds", "0"}, {"-only", "zookeeper"}, {"extra"},
+		{"-nodes", "2"}, {"-clients", "0"}, {"-clients", "a,b"}, {"-rounds", "0"}, {"-other-duration", "-1s"}, {"-only", "zookeeper"}, {"extra"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), args, &out, &errb); code != 2 {
@@ -115,12 +115,23 @@ func TestRunTicketdOnly(t *testing.T) {
 		t.Skip("builds and starts ticketd")
 	}
 	out, md, b := runReport(t, "-sections", "load", "-only", "ticketd", "-nodes", "1", "-clients", "1", "-contended-clients", "2",
-		"-duration", "500ms", "-warmup", "100ms", "-rounds", "1")
+		"-duration", "500ms", "-other-duration", "500ms", "-warmup", "100ms", "-rounds", "1")
 	var rep struct {
 		Results []measured `json:"results"`
+		Meta    meta       `json:"meta"`
 	}
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
+	}
+	var steps []string
+	for _, s := range rep.Meta.Steps {
+		steps = append(steps, s.Name)
+	}
+	if got, want := strings.Join(steps, ", "), "build, load servers started (beside the build), load independent 1, load contended 2, load servers stopped"; got != want || rep.Meta.WallSeconds <= 0 {
+		t.Errorf("steps %q (wall %v s), want %q", got, rep.Meta.WallSeconds, want)
+	}
+	if !strings.Contains(md, "- Wall time: ") {
+		t.Errorf("report lacks the wall time line:\n%s", md)
 	}
 	if len(rep.Results) != 4 {
 		t.Fatalf("%d results, want 4 (independent, contended; per-request and coalesced clients)", len(rep.Results))

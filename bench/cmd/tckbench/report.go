@@ -75,10 +75,24 @@ const (
 // targetMet judges p against the targets; applies is false where they do
 // not apply (other workloads and sizes, every client on the leader).
 func targetMet(p pair) (tput, p99 bool, applies bool) {
-	if p.workload != "independent" || p.nodes != 3 || (p.clients != 64 && p.clients != 256) || p.etcd == nil || p.tckd == nil || p.tckd.Placement == "leader" {
+	if !targetWorkload(p.workload, p.clients) || p.nodes != 3 || p.etcd == nil || p.tckd == nil || p.tckd.Placement == "leader" {
 		return false, false, false
 	}
 	return acquiredPerS(p.tckd) >= targetThroughput*acquiredPerS(p.etcd), p.tckd.Result.P99Ms <= targetP99*p.etcd.Result.P99Ms, true
+}
+
+// targetWorkload reports whether the report judges targets on the
+// workload (at 3 nodes, clients spread): independent, 64 or 256 clients.
+func targetWorkload(name string, clients int) bool {
+	return name == "independent" && (clients == 64 || clients == 256)
+}
+
+// windowsText says how long each workload's windows are.
+func windowsText(o options) string {
+	if o.otherDuration == 0 || o.otherDuration == o.duration {
+		return fmt.Sprintf("%d rounds × %v measured per target per workload", o.rounds, o.duration)
+	}
+	return fmt.Sprintf("%d rounds × %v measured per target in the workloads with a target (independent, 64 and 256 clients), × %v in the others (their figures are context)", o.rounds, o.duration, o.otherDuration)
 }
 
 // placementText says where the 3-node clusters' load goes (-placement).
@@ -133,7 +147,7 @@ func writeReport(o options, m meta, all []measured, fos []failoverResult, items 
 		fmt.Fprintf(w, "- Wall time: %s.\n", t)
 	}
 	fmt.Fprintf(w, "- Load average (1/5/15 min) before the run %s, after %s: the machine is shared, so only the ratios measured in this run mean anything, never the absolute figures.\n", m.LoadBefore, m.LoadAfter)
-	fmt.Fprintf(w, "- Everything on loopback, fsync on for both (the defaults of both). %s %d rounds × %v measured per target per workload (after %v warm-up), targets alternating within a round; figures pooled over the rounds.\n", placementText(o), o.rounds, o.duration, o.warmup)
+	fmt.Fprintf(w, "- Everything on loopback, fsync on for both (the defaults of both). %s %s, targets alternating within a round; figures pooled over the rounds. Each measurement follows a warm-up: %v in the first round, later three of the target's p50 cycle times in the round before (%v–%v).\n", placementText(o), windowsText(o), o.warmup, min(minWarmup, o.warmup), o.warmup)
 	fmt.Fprintf(w, "- A ticketd cycle: Grant (lease 30 s) + Release over HTTP, kept-alive connections. An etcd cycle: the `concurrency` package's lock, one kept-alive session lease per client, TryLock (txn put-if-absent with the lease) + Unlock (delete). Contended: %d clients on %d names, TryGrant / TryLock, released when acquired; a cycle is an attempt.\n", o.contendedClients, o.contendedNames)
 	fmt.Fprintf(w, "- The 3-node ticketd cluster has a `tckclk-agent --dev` and keys from deploy/cluster-keys.sh, with clock limits widened for a loaded machine (`%s`, as deploy/demo_test.go's testClockFlags): the clock check still runs on every proposal. The 1-node ticketd runs as bench/etcd.sh does.\n", strings.Join(clockFlags, " "))
 	if o.ticketdClient != "per-request" {

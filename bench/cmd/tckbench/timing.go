@@ -40,7 +40,12 @@ func (c *stepClock) mark(name string) {
 	if c == nil {
 		return
 	}
-	t := c.now()
+	c.markAt(name, c.now())
+}
+
+// markAt ends the part called name at t (a part that ended while the run
+// went on beside it: the build).
+func (c *stepClock) markAt(name string, t time.Time) {
 	s := stepTime{Name: name, Seconds: t.Sub(c.last).Seconds(), Load1: c.load()}
 	c.last = t
 	c.steps = append(c.steps, s)

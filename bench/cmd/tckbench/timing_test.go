@@ -35,3 +35,48 @@ func TestStepClock(t *testing.T) {
 	var nilClock *stepClock
 	nilClock.mark("x") // a run without a clock marks nothing
 }
+
+func TestWarmupFor(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		round     int
+		p50, want time.Duration
+	}{
+		{1, 0, 750 * ms},        // the first round: the flag's
+		{1, 400 * ms, 750 * ms}, // whatever came before
+		{2, 10 * ms, 250 * ms},  // fast targets: the floor
+		{2, 100 * ms, 300 * ms}, // three p50s
+		{3, 230 * ms, 690 * ms}, // etcd ×3 at 256 clients on a loaded machine
+		{2, 400 * ms, 750 * ms}, // never longer than the flag
+		{2, 0, 250 * ms},        // no cycle completed before: the floor
+	} {
+		if got := warmupFor(750*ms, c.round, c.p50); got != c.want {
+			t.Errorf("warmupFor(750ms, round %d, p50 %v) = %v, want %v", c.round, c.p50, got, c.want)
+		}
+	}
+	if got := warmupFor(100*ms, 2, 50*ms); got != 100*ms {
+		t.Errorf("a -warmup below the floor: %v, want the flag's 100ms", got)
+	}
+}
+
+func TestDurationOf(t *testing.T) {
+	o := options{duration: 5 * time.Second, otherDuration: 3 * time.Second}
+	for _, c := range []struct {
+		w    workload
+		want time.Duration
+	}{
+		{workload{"independent", 64, 0}, 5 * time.Second},
+		{workload{"independent", 256, 0}, 5 * time.Second},
+		{workload{"independent", 1, 0}, 3 * time.Second},
+		{workload{"independent", 16, 0}, 3 * time.Second},
+		{workload{"contended", 64, 0}, 3 * time.Second},
+	} {
+		if got := o.durationOf(c.w); got != c.want {
+			t.Errorf("durationOf(%s %d) = %v, want %v", c.w.name, c.w.clients, got, c.want)
+		}
+	}
+	o.otherDuration = 0
+	if got := o.durationOf(workload{"independent", 1, 0}); got != 5*time.Second {
+		t.Errorf("-other-duration 0: %v, want -duration's 5s", got)
+	}
+}
