@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -141,7 +142,31 @@ func startDiag(ctx context.Context, o options, s *server, tag string, d *diag) f
 			}()
 		}
 	}
+	stopClientProfile := func() {}
+	if o.profile != "" && strings.HasPrefix(s.system, "ticketd") {
+		// The load generator's own CPU over the window: the measured
+		// target's clients (the Go client, its HTTP transport).
+		file := filepath.Join(o.profile, tag+"-client-cpu.pprof")
+		if f, err := os.Create(file); err != nil {
+			fail(err)
+		} else if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			fail(err)
+		} else {
+			stopClientProfile = func() {
+				pprof.StopCPUProfile()
+				if err := f.Close(); err != nil {
+					fail(err)
+					return
+				}
+				mu.Lock()
+				d.Profiles = append(d.Profiles, file)
+				mu.Unlock()
+			}
+		}
+	}
 	return func() error {
+		stopClientProfile()
 		idx1, err := raftIndex(ctx, s)
 		if err != nil {
 			fail(err)
